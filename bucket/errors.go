@@ -1,0 +1,92 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Errors returned for bad input to a user bucket. The root package re-exports
+// them, so callers test them with errors.Is against oncekv.ErrKeyRequired and
+// the like.
+var (
+	// ErrBucketNameRequired: a user bucket name was empty.
+	ErrBucketNameRequired = errors.New("oncekv: bucket name required")
+	// ErrKeyRequired: a key was empty.
+	ErrKeyRequired = errors.New("oncekv: key required")
+	// ErrKeyTooLarge: a key (or a mark's handler and key) exceeds bbolt's
+	// 32768-byte key limit.
+	ErrKeyTooLarge = errors.New("oncekv: key too large")
+	// ErrValueTooLarge: a value exceeds bbolt's value limit.
+	ErrValueTooLarge = errors.New("oncekv: value too large")
+	// ErrTxNotWritable: a write was attempted in a read-only transaction.
+	ErrTxNotWritable = errors.New("oncekv: transaction not writable")
+	// ErrTxClosed: a transaction or a bucket obtained from it was used after
+	// the function given to Update, View or Apply returned.
+	ErrTxClosed = errors.New("oncekv: transaction closed")
+	// ErrIncompatibleValue: a bucket operation met a nested bucket where it
+	// expected a value, or the reverse.
+	ErrIncompatibleValue = errors.New("oncekv: incompatible value")
+)
+
+// Errors about the file and its records.
+var (
+	// ErrCorrupt: a record or structure in the file failed validation.
+	ErrCorrupt = errors.New("oncekv: corrupt database")
+	// ErrFormatVersion: the file was written by a newer oncekv format.
+	ErrFormatVersion = errors.New("oncekv: unsupported file format version")
+)
+
+// RecordError reports a system record that failed to decode, naming where it
+// lives. It matches ErrCorrupt with errors.Is.
+type RecordError struct {
+	Bucket string // the bucket holding the record, for example "oncekv.marks/…"
+	Key    string // the record's key, quoted when printed
+	Err    error  // what was wrong
+}
+
+// Error implements error.
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("oncekv: record %q in bucket %q does not decode: %v", clip(e.Key), e.Bucket, e.Err)
+}
+
+// Unwrap lets errors.Is see both ErrCorrupt and the underlying cause.
+func (e *RecordError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// mapBoltErr turns bbolt's bad-input errors into this package's, so users
+// see one vocabulary whatever layer noticed the problem.
+func mapBoltErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, bolt.ErrBucketNameRequired):
+		return ErrBucketNameRequired
+	case errors.Is(err, bolt.ErrKeyRequired):
+		return ErrKeyRequired
+	case errors.Is(err, bolt.ErrKeyTooLarge):
+		return ErrKeyTooLarge
+	case errors.Is(err, bolt.ErrValueTooLarge):
+		return ErrValueTooLarge
+	case errors.Is(err, bolt.ErrTxNotWritable):
+		return ErrTxNotWritable
+	case errors.Is(err, bolt.ErrTxClosed):
+		return ErrTxClosed
+	case errors.Is(err, bolt.ErrIncompatibleValue):
+		return ErrIncompatibleValue
+	}
+	return err
+}
+
+// clip shortens a key for an error message: keys may be 32 KiB, and a message
+// that long helps nobody.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}
+
+// Clip is [clip] for other packages that print keys in errors.
+func Clip(s string) string { return clip(s) }

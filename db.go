@@ -1,0 +1,223 @@
+package oncekv
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/window"
+)
+
+// DB is an open oncekv store: one bbolt file holding user buckets, dedup
+// marks and fences. A DB is safe for concurrent use by many goroutines. Only
+// one DB may have a file open at a time, across all processes.
+type DB struct {
+	path   string
+	opts   Options
+	window window.Config
+	log    *slog.Logger
+	bolt   *bolt.DB
+
+	life lifecycle
+
+	// writeMu is held around every write transaction. bbolt serialises
+	// writers anyway, so it costs no throughput; holding it ourselves means
+	// that whatever a commit teaches the in-memory state (counters now, the
+	// Bloom filters later) is in place before the next writer looks.
+	writeMu sync.Mutex
+
+	group group
+	stats statsCollector
+}
+
+// Open opens the oncekv database at path, creating it if it does not exist.
+// opts may be nil for defaults.
+//
+// Open fails with ErrLocked, naming the path, when another process holds the
+// file for longer than Options.OpenTimeout; with ErrNotOncekv when the file
+// is not an oncekv database; and with ErrCorrupt when it is damaged.
+func Open(path string, opts *Options) (db *DB, err error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: empty path", ErrInvalidOptions)
+	}
+	_, statErr := os.Stat(path)
+	creating := errors.Is(statErr, fs.ErrNotExist)
+
+	// bbolt reads the file's pages directly; on a damaged file it can panic
+	// where it expected structure. Users get an error instead.
+	defer recoverCorrupt(path, &err)
+
+	b, err := bolt.Open(path, o.FileMode, &bolt.Options{
+		Timeout:      o.OpenTimeout,
+		NoSync:       o.NoSync,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, openError(path, o.OpenTimeout, err)
+	}
+	if creating {
+		// A new file's directory entry is durable only once its directory is
+		// synced; without it a power loss can lose the whole file.
+		if err := syncDir(filepath.Dir(path)); err != nil && !o.NoSync {
+			_ = b.Close()
+			return nil, fmt.Errorf("oncekv: open %q: sync directory: %w", path, err)
+		}
+	}
+	if err := initFile(b, o.Now().UnixNano()); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
+	}
+	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b}
+	db.life.init()
+	return db, nil
+}
+
+// initFile checks the file in a read transaction, and only when it is new
+// creates the system buckets in a write transaction, so reopening an
+// existing store costs no fsync.
+func initFile(b *bolt.DB, now int64) error {
+	var fresh bool
+	if err := b.View(func(tx *bolt.Tx) (err error) {
+		fresh, err = bucket.Init(tx, now)
+		return err
+	}); err != nil || !fresh {
+		return err
+	}
+	return b.Update(func(tx *bolt.Tx) error {
+		_, err := bucket.Init(tx, now)
+		return err
+	})
+}
+
+func openError(path string, timeout time.Duration, err error) error {
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return fmt.Errorf("oncekv: open %q: gave up after %v: %w", path, timeout, ErrLocked)
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch):
+		return fmt.Errorf("oncekv: open %q: %w (%v)", path, ErrNotOncekv, err)
+	case errors.Is(err, bolterrors.ErrChecksum):
+		return fmt.Errorf("oncekv: open %q: %w (%v)", path, ErrCorrupt, err)
+	}
+	return fmt.Errorf("oncekv: open %q: %w", path, err)
+}
+
+// recoverCorrupt turns a panic inside bbolt while reading a damaged file
+// into ErrCorrupt.
+func recoverCorrupt(path string, err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("oncekv: %q: %w (bbolt: %v)", path, ErrCorrupt, r)
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Path returns the file the DB was opened on.
+func (db *DB) Path() string { return db.path }
+
+// Close waits for the calls in flight to finish, then closes the file.
+// Every later call returns ErrClosed. Closing twice is not an error.
+func (db *DB) Close() error {
+	if !db.life.close() {
+		return nil
+	}
+	return db.bolt.Close()
+}
+
+// Update runs fn in a writable transaction on the user buckets and commits
+// it if fn returns nil; an error or a panic rolls everything back. Do not
+// call other DB methods from fn.
+func (db *DB) Update(fn func(tx *Tx) error) error {
+	if !db.life.enter() {
+		return ErrClosed
+	}
+	defer db.life.exit()
+	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	err := db.bolt.Update(func(btx *bolt.Tx) error {
+		tx := newTx(btx)
+		defer tx.end()
+		return fn(tx)
+	})
+	if err == nil {
+		db.stats.commits.Add(1)
+	}
+	return err
+}
+
+// View runs fn in a read-only transaction, which sees a consistent snapshot
+// and never blocks writers or other readers.
+func (db *DB) View(fn func(tx *Tx) error) error {
+	if !db.life.enter() {
+		return ErrClosed
+	}
+	defer db.life.exit()
+	return db.bolt.View(func(btx *bolt.Tx) error {
+		tx := newTx(btx)
+		defer tx.end()
+		return fn(tx)
+	})
+}
+
+// lifecycle counts the calls in flight so Close can wait for them, and
+// refuses new ones once Close has begun.
+type lifecycle struct {
+	mu     sync.Mutex
+	idle   sync.Cond
+	closed bool
+	active int
+}
+
+func (l *lifecycle) init() { l.idle.L = &l.mu }
+
+func (l *lifecycle) enter() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.active++
+	return true
+}
+
+func (l *lifecycle) exit() {
+	l.mu.Lock()
+	l.active--
+	if l.active == 0 && l.closed {
+		l.idle.Broadcast()
+	}
+	l.mu.Unlock()
+}
+
+// close reports false when the DB was already closed.
+func (l *lifecycle) close() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.closed = true
+	for l.active > 0 {
+		l.idle.Wait()
+	}
+	return true
+}

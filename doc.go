@@ -1,0 +1,57 @@
+// Package oncekv is an embedded key/value store, on bbolt, for programs that
+// receive messages or requests at least once (Kafka, MQTT, NATS, HTTP
+// retries, a user clicking twice) and must apply each one's effect once.
+//
+// A program opens a DB, keeps its state in user buckets, and hands every
+// delivery to Apply with the delivery's handler name and idempotency key.
+// The effect, the dedup mark and (with fenced writes) the version fence
+// commit in one bbolt write transaction; a later delivery of the same key is
+// answered from the stored mark, with the first response, without running
+// the effect again.
+//
+//	db, err := oncekv.Open("app.db", nil)
+//	...
+//	res, err := db.Apply(ctx, oncekv.Request{Handler: "deposit", Key: msg.ID, Payload: msg.Body},
+//		func(tx *oncekv.Tx) ([]byte, error) {
+//			b, err := tx.CreateBucketIfNotExists([]byte("balances"))
+//			... // read, add, write back: not idempotent, and it need not be
+//			return []byte("ok"), nil
+//		})
+//	if res.Duplicate { ... } // the effect did not run again
+//
+// # Guarantees
+//
+//   - Effectively-once processing, not exactly-once delivery: deliveries may
+//     repeat, and the effect of each (handler, key) is applied once within
+//     the dedup window.
+//   - The effect's writes and the DONE mark commit in one transaction: after
+//     a crash at any instant, both are there or neither is.
+//   - A duplicate gets the stored response, byte for byte, and Duplicate set.
+//     It is served from a read transaction: no write lock, no fsync.
+//   - The same key with another payload is rejected with ErrKeyReuse; the
+//     store does not change.
+//   - An effect error rolls everything back and records nothing, so a retry
+//     runs again; an error wrapped with Permanent is recorded as FAILED and
+//     replayed to every duplicate.
+//   - A context that is done before the commit applies nothing.
+//   - Unless Options.NoSync is set, Apply returns only after the commit is on
+//     disk (bbolt's fdatasync).
+//
+// # Caveats
+//
+//   - Dedup lasts for the window (Options.Retention, 7 days by default). A
+//     retry that arrives after it is applied again. Choose the window longer
+//     than the longest a retry can be delayed: topic retention, a client's
+//     retry horizon, the time to handle an incident by hand.
+//   - The effect must change nothing outside its transaction. Under group
+//     commit it may run more than once (when another effect in the same
+//     commit fails), and only the committed run counts. An e-mail or a call
+//     to a payment gateway cannot join the transaction.
+//   - Dedup does not fix reordering: set(x,1) delivered after set(x,2) is
+//     applied once, and wrongly. That needs versions or fencing tokens.
+//   - One process per file: bbolt locks it, and a second Open fails with
+//     ErrLocked after Options.OpenTimeout.
+//   - The idempotency key must be created once, when the intent is formed,
+//     and reused by every retry. A key minted inside the retry loop defeats
+//     every guarantee above, silently.
+package oncekv

@@ -1,0 +1,160 @@
+package oncekv
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/window"
+)
+
+// Errors returned by Apply, ApplyBatch and Claim for a request. They come
+// wrapped in a *RequestError that names the handler and key; test them with
+// errors.Is.
+var (
+	// ErrKeyReuse: the key was first used with another payload. The caller
+	// reused an idempotency key for a different operation (Stripe answers
+	// this with 400 idempotency_error). Nothing changed.
+	ErrKeyReuse = errors.New("oncekv: idempotency key reused with a different payload")
+	// ErrInProgress: a live claim holds the key right now (HTTP 409). Retry
+	// later; oncekv never waits under a lock.
+	ErrInProgress = errors.New("oncekv: key is being processed right now")
+	// ErrFenced: a write or a claim operation carried a fence or token that
+	// is not newer than the stored one: the writer is stale (a zombie after
+	// a pause) and must give up, not retry.
+	ErrFenced = errors.New("oncekv: fenced off by a newer writer")
+	// ErrFailed: the key's effect failed permanently (see Permanent) and the
+	// failure was recorded; every duplicate gets it back.
+	ErrFailed = errors.New("oncekv: operation failed permanently")
+)
+
+// Errors about bad input. Nothing is changed when one is returned.
+var (
+	// ErrHandlerRequired: Request.Handler was empty.
+	ErrHandlerRequired = errors.New("oncekv: handler required")
+	// ErrKeyRequired: a key was empty.
+	ErrKeyRequired = bucket.ErrKeyRequired
+	// ErrKeyTooLarge: a key, or a request's handler and key together, do not
+	// fit in bbolt's 32768-byte key limit.
+	ErrKeyTooLarge = bucket.ErrKeyTooLarge
+	// ErrValueTooLarge: a value exceeds bbolt's value limit.
+	ErrValueTooLarge = bucket.ErrValueTooLarge
+	// ErrBucketNameRequired: a bucket name was empty.
+	ErrBucketNameRequired = bucket.ErrBucketNameRequired
+	// ErrInvalidOptions: Options failed validation; the error lists every
+	// field that was wrong.
+	ErrInvalidOptions = errors.New("oncekv: invalid options")
+)
+
+// Errors about the transaction in use.
+var (
+	// ErrTxNotWritable: a write in a View transaction.
+	ErrTxNotWritable = bucket.ErrTxNotWritable
+	// ErrTxClosed: a Tx, Bucket or Cursor was used after its function
+	// returned.
+	ErrTxClosed = bucket.ErrTxClosed
+	// ErrIncompatibleValue: a bucket operation met a value of the wrong kind.
+	ErrIncompatibleValue = bucket.ErrIncompatibleValue
+)
+
+// Errors about the database and its file.
+var (
+	// ErrClosed: the DB was used after Close.
+	ErrClosed = errors.New("oncekv: database closed")
+	// ErrLocked: another process (or another DB in this one) holds the file;
+	// Open gave up after Options.OpenTimeout.
+	ErrLocked = errors.New("oncekv: database file is locked by another user")
+	// ErrNotOncekv: the file is not an oncekv database.
+	ErrNotOncekv = bucket.ErrNotOncekv
+	// ErrCorrupt: the file or one of its records failed validation.
+	ErrCorrupt = bucket.ErrCorrupt
+	// ErrFormatVersion: the file was written by a newer format.
+	ErrFormatVersion = bucket.ErrFormatVersion
+	// ErrInvalidWindow: the window options are inconsistent.
+	ErrInvalidWindow = window.ErrInvalidConfig
+)
+
+// RecordError is a system record that failed to decode; it names the bucket
+// and key and matches ErrCorrupt.
+type RecordError = bucket.RecordError
+
+// RequestError wraps an error about one request with its handler and key,
+// so the message says which operation failed. errors.Is sees through it.
+type RequestError struct {
+	Op      string // "apply", "claim", …
+	Handler string
+	Key     string
+	Err     error
+}
+
+// Error implements error.
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("oncekv: %s handler %q key %q: %s", e.Op, bucket.Clip(e.Handler), bucket.Clip(e.Key), trimPrefix(e.Err))
+}
+
+// Unwrap returns the cause.
+func (e *RequestError) Unwrap() error { return e.Err }
+
+func requestError(op string, req *Request, err error) error {
+	if err == nil {
+		return nil
+	}
+	var re *RequestError
+	if errors.As(err, &re) {
+		return err
+	}
+	return &RequestError{Op: op, Handler: req.Handler, Key: req.Key, Err: err}
+}
+
+// trimPrefix drops the "oncekv: " of a wrapped error, so a message reads
+// "oncekv: apply … : key reused" rather than repeating the package name.
+func trimPrefix(err error) string {
+	s := err.Error()
+	const p = "oncekv: "
+	if len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}
+
+// Permanent marks an effect's error as permanent: Apply records the key as
+// FAILED with it, rolls back the effect's writes, and answers every
+// duplicate with the same failure instead of running the effect again. Use
+// it for errors a retry cannot fix (a 400 or 422 from an upstream, a
+// validation failure). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return p.err.Error() }
+func (p *permanentError) Unwrap() error { return p.err }
+
+// FailedError is the recorded permanent failure of a key. The call that
+// failed gets one wrapping the original error (so errors.Is finds it);
+// duplicates get one rebuilt from the stored message. Both match ErrFailed.
+type FailedError struct {
+	Message string // the original error's message, as stored
+	cause   error  // the original error; nil when replayed from disk
+}
+
+// Error implements error.
+func (e *FailedError) Error() string { return "oncekv: failed permanently: " + e.Message }
+
+// Unwrap exposes ErrFailed and, on the call that failed, the original error.
+func (e *FailedError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{ErrFailed}
+	}
+	return []error{ErrFailed, e.cause}
+}

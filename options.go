@@ -1,0 +1,115 @@
+package oncekv
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/oncekv/oncekv/window"
+)
+
+// Defaults of Options' fields.
+const (
+	DefaultOpenTimeout  = 3 * time.Second
+	DefaultFileMode     = os.FileMode(0o600)
+	DefaultRetention    = window.DefaultRetention
+	DefaultWindowSpan   = window.DefaultSpan
+	DefaultMaxGroupSize = 1000
+)
+
+// Options configures a DB. Pass nil to Open for all defaults; a zero field
+// takes its default. Open works on a copy, so the caller's struct is never
+// changed.
+type Options struct {
+	// OpenTimeout bounds how long Open waits for another process (or
+	// another DB in this process) to release the file before failing with
+	// ErrLocked. Default 3s. It cannot be infinite: a hung open is worse
+	// than an error that names the path.
+	OpenTimeout time.Duration
+
+	// NoSync skips fsync on commit (bbolt's NoSync). UNSAFE: a power loss
+	// or OS crash can lose acknowledged effects and marks, or corrupt the
+	// file. For benchmarks and tests only. Default false.
+	NoSync bool
+
+	// FileMode is the permission of a newly created file. Default 0600.
+	FileMode os.FileMode
+
+	// Retention is the dedup window: a key is deduplicated for at least
+	// this long after it was first seen; a retry after it is applied again.
+	// Default 7 days. Must be at least WindowSpan.
+	Retention time.Duration
+
+	// WindowSpan is the width of one time bucket of marks. Default 1h.
+	WindowSpan time.Duration
+
+	// Now is the clock. Default time.Now. Tests inject a fake one.
+	Now func() time.Time
+
+	// MaxGroupSize caps how many concurrent Apply calls share one commit.
+	// Default 1000.
+	MaxGroupSize int
+
+	// Logger receives "duplicate suppressed" at info level and other
+	// events. Default: nothing is logged.
+	Logger *slog.Logger
+}
+
+// withDefaults returns a copy of o (nil allowed) with every zero field set to
+// its default, and every problem with the result.
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.OpenTimeout == 0 {
+		c.OpenTimeout = DefaultOpenTimeout
+	}
+	if c.FileMode == 0 {
+		c.FileMode = DefaultFileMode
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.WindowSpan == 0 {
+		c.WindowSpan = DefaultWindowSpan
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxGroupSize == 0 {
+		c.MaxGroupSize = DefaultMaxGroupSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, c.validate()
+}
+
+// validate reports every invalid field at once, so a user fixes them in one
+// go.
+func (o *Options) validate() error {
+	var errs []error
+	bad := func(field string, value any, why string) {
+		errs = append(errs, fmt.Errorf("%w: %s = %v: %s", ErrInvalidOptions, field, value, why))
+	}
+	if o.OpenTimeout < 0 {
+		bad("OpenTimeout", o.OpenTimeout, "must be positive (zero means the default)")
+	}
+	if o.FileMode&^os.ModePerm != 0 {
+		bad("FileMode", o.FileMode, "only permission bits are allowed")
+	}
+	if o.MaxGroupSize < 0 {
+		bad("MaxGroupSize", o.MaxGroupSize, "must be positive (zero means the default)")
+	}
+	if err := o.window().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidOptions, err))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *Options) window() window.Config {
+	return window.Config{Span: o.WindowSpan, Retention: o.Retention}
+}
