@@ -166,6 +166,8 @@ const (
 	outcomeEffectError
 	outcomeInvalid
 	outcomeAborted // ctx done, commit failed, database problem
+	outcomeFenced  // a claim operation by a worker that was taken over
+	outcomeCount   // the number of outcomes; keep last
 )
 
 // op is one request on its way through Apply or ApplyBatch.
@@ -221,7 +223,7 @@ func (db *DB) answerFromSnapshot(ops []*op) bool {
 	err := db.bolt.View(func(btx *bolt.Tx) error {
 		now := db.opts.Now()
 		for _, o := range ops {
-			m, err := bucket.FindMark(btx, o.mkey)
+			m, err := db.findMark(btx, o.mkey)
 			switch {
 			case err != nil:
 				o.fail(outcomeAborted, err)

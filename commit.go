@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/bucket"
 )
 
@@ -86,10 +84,8 @@ var errRetry = errors.New("oncekv: retry group without the failed op")
 func (db *DB) commitOps(ops []*op) error {
 	pending := ops
 	for len(pending) > 0 {
-		err := db.bolt.Update(func(btx *bolt.Tx) error {
-			tx := newTx(btx)
-			defer tx.end()
-			return db.decide(btx, tx, pending)
+		err := db.writeLocked(func(w *writeTx) error {
+			return db.decide(w, pending)
 		})
 		if errors.Is(err, errRetry) {
 			kept := pending[:0:0]
@@ -100,9 +96,6 @@ func (db *DB) commitOps(ops []*op) error {
 			}
 			pending = kept
 			continue
-		}
-		if err == nil {
-			db.stats.commits.Add(1)
 		}
 		for _, o := range pending {
 			if !o.settled && err != nil {
@@ -117,8 +110,8 @@ func (db *DB) commitOps(ops []*op) error {
 
 // decide runs the ops in order inside one write transaction. Outcomes it sets
 // stay tentative until the commit; settled ones are final either way.
-func (db *DB) decide(btx *bolt.Tx, tx *Tx, ops []*op) error {
-	now := db.opts.Now()
+func (db *DB) decide(w *writeTx, ops []*op) error {
+	now := w.now
 	for _, o := range ops {
 		o.res, o.err, o.kind = Result{}, nil, outcomeNone
 		if err := o.ctx.Err(); err != nil {
@@ -128,7 +121,7 @@ func (db *DB) decide(btx *bolt.Tx, tx *Tx, ops []*op) error {
 		}
 		// Look again under the write lock: a concurrent group, or an earlier
 		// op of this one, may have written the mark since the snapshot.
-		found, err := bucket.FindMark(btx, o.mkey)
+		found, err := db.findMark(w.btx, o.mkey)
 		if err != nil {
 			o.fail(outcomeAborted, err)
 			o.settled = true
@@ -148,7 +141,7 @@ func (db *DB) decide(btx *bolt.Tx, tx *Tx, ops []*op) error {
 			mark.State, mark.Error = bucket.Failed, o.failWith.Error()
 			o.res, o.err, o.kind = Result{}, &FailedError{Message: mark.Error, cause: o.failWith}, outcomeFailedRecorded
 		} else {
-			resp, err := runEffect(tx, o)
+			resp, err := runEffect(w.tx, o)
 			if o.panicVal != nil {
 				o.kind, o.settled = outcomeEffectError, true
 				return errRetry
@@ -169,7 +162,7 @@ func (db *DB) decide(btx *bolt.Tx, tx *Tx, ops []*op) error {
 			o.res, o.kind = Result{Response: resp}, outcomeApplied
 		}
 		o.res.FirstSeen = timeFromNano(mark.FirstSeen)
-		if err := bucket.PutMark(btx, window, o.mkey, &mark); err != nil {
+		if err := w.putMark(window, o.mkey, &mark); err != nil {
 			return fmt.Errorf("oncekv: write mark: %w", err)
 		}
 	}

@@ -151,17 +151,7 @@ func (db *DB) Update(fn func(tx *Tx) error) error {
 		return ErrClosed
 	}
 	defer db.life.exit()
-	db.writeMu.Lock()
-	defer db.writeMu.Unlock()
-	err := db.bolt.Update(func(btx *bolt.Tx) error {
-		tx := newTx(btx)
-		defer tx.end()
-		return fn(tx)
-	})
-	if err == nil {
-		db.stats.commits.Add(1)
-	}
-	return err
+	return db.write(func(w *writeTx) error { return fn(w.tx) })
 }
 
 // View runs fn in a read-only transaction, which sees a consistent snapshot

@@ -32,6 +32,9 @@ type Counters struct {
 	// Aborted counts requests that applied nothing because their context
 	// ended, the commit failed or a record did not decode.
 	Aborted uint64
+	// Fenced counts claim operations (Extend, Complete, Fail) rejected with
+	// ErrFenced because another worker had taken the key over.
+	Fenced uint64
 }
 
 // Sub returns c - other, for the change between two snapshots.
@@ -46,6 +49,7 @@ func (c Counters) Sub(other Counters) Counters {
 		EffectErrors:         c.EffectErrors - other.EffectErrors,
 		InvalidRequests:      c.InvalidRequests - other.InvalidRequests,
 		Aborted:              c.Aborted - other.Aborted,
+		Fenced:               c.Fenced - other.Fenced,
 	}
 }
 
@@ -59,6 +63,7 @@ func (c *Counters) add(o Counters) {
 	c.EffectErrors += o.EffectErrors
 	c.InvalidRequests += o.InvalidRequests
 	c.Aborted += o.Aborted
+	c.Fenced += o.Fenced
 }
 
 // Stats is a snapshot of a DB's counters and gauges. Take two and Sub them
@@ -72,14 +77,18 @@ type Stats struct {
 	// Commits counts write transactions committed (Apply groups, batches,
 	// Update). Total.Applied / Commits is the average group size.
 	Commits uint64
+	// FencedWrites counts PutFenced and version-checked writes rejected
+	// with ErrFenced.
+	FencedWrites uint64
 }
 
 // Sub returns s - other: counters of the interval between two snapshots.
 func (s Stats) Sub(other Stats) Stats {
 	d := Stats{
-		Total:    s.Total.Sub(other.Total),
-		Handlers: make(map[string]Counters, len(s.Handlers)),
-		Commits:  s.Commits - other.Commits,
+		Total:        s.Total.Sub(other.Total),
+		Handlers:     make(map[string]Counters, len(s.Handlers)),
+		Commits:      s.Commits - other.Commits,
+		FencedWrites: s.FencedWrites - other.FencedWrites,
 	}
 	for h, c := range s.Handlers {
 		d.Handlers[h] = c.Sub(other.Handlers[h])
@@ -95,11 +104,12 @@ func (db *DB) Stats() Stats {
 // statsCollector keeps one set of atomic counters per handler. Handlers are
 // operation names, few and fixed, so a map of them stays small.
 type statsCollector struct {
-	handlers sync.Map // string -> *handlerCounters
-	commits  atomic.Uint64
+	handlers     sync.Map // string -> *handlerCounters
+	commits      atomic.Uint64
+	fencedWrites atomic.Uint64
 }
 
-type handlerCounters [outcomeAborted + 1]atomic.Uint64
+type handlerCounters [outcomeCount]atomic.Uint64
 
 func (s *statsCollector) count(handler string, kind outcome) {
 	if kind == outcomeNone {
@@ -113,7 +123,7 @@ func (s *statsCollector) count(handler string, kind outcome) {
 }
 
 func (s *statsCollector) snapshot() Stats {
-	st := Stats{Handlers: map[string]Counters{}, Commits: s.commits.Load()}
+	st := Stats{Handlers: map[string]Counters{}, Commits: s.commits.Load(), FencedWrites: s.fencedWrites.Load()}
 	s.handlers.Range(func(k, v any) bool {
 		h := v.(*handlerCounters)
 		c := Counters{
@@ -126,6 +136,7 @@ func (s *statsCollector) snapshot() Stats {
 			EffectErrors:         h[outcomeEffectError].Load(),
 			InvalidRequests:      h[outcomeInvalid].Load(),
 			Aborted:              h[outcomeAborted].Load(),
+			Fenced:               h[outcomeFenced].Load(),
 		}
 		st.Handlers[k.(string)] = c
 		st.Total.add(c)
