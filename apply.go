@@ -219,6 +219,9 @@ func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte,
 // already has a final mark (or a live claim). This is the duplicate fast
 // path: no write lock, no fsync. It reports whether all ops were answered.
 func (db *DB) answerFromSnapshot(ops []*op) bool {
+	if len(ops) == 1 && !db.mayHaveMark(ops[0].mkey) {
+		return false // certainly unseen: no need for a read transaction
+	}
 	all := true
 	err := db.bolt.View(func(btx *bolt.Tx) error {
 		now := db.opts.Now()

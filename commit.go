@@ -131,7 +131,7 @@ func (db *DB) decide(w *writeTx, ops []*op) error {
 			continue
 		}
 		mark := bucket.Mark{PayloadHash: o.hash, FirstSeen: now.UnixNano()}
-		window := db.window.Start(now)
+		window := db.placeMark(now)
 		if found != nil {
 			// Taking over an expired claim: the mark stays where it was
 			// first seen.

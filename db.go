@@ -1,6 +1,7 @@
 package oncekv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -34,6 +35,18 @@ type DB struct {
 	// that whatever a commit teaches the in-memory state (counters now, the
 	// Bloom filters later) is in place before the next writer looks.
 	writeMu sync.Mutex
+
+	// current is the write transaction in progress, guarded by writeMu.
+	current *writeTx
+	// windows are the live dedup windows and their filters.
+	windows *window.Set
+
+	// expireMu lets one Expire run at a time.
+	expireMu sync.Mutex
+	expirer  struct {
+		stop context.CancelFunc
+		done chan struct{}
+	}
 
 	group group
 	stats statsCollector
@@ -81,7 +94,16 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
 	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b}
+	if err := b.View(db.loadWindows); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
+	}
 	db.life.init()
+	if o.ExpireInterval > 0 {
+		ctx, stop := context.WithCancel(context.Background())
+		db.expirer.stop, db.expirer.done = stop, make(chan struct{})
+		go db.expireInBackground(ctx)
+	}
 	return db, nil
 }
 
@@ -137,6 +159,10 @@ func (db *DB) Path() string { return db.path }
 // Close waits for the calls in flight to finish, then closes the file.
 // Every later call returns ErrClosed. Closing twice is not an error.
 func (db *DB) Close() error {
+	if db.expirer.stop != nil {
+		db.expirer.stop()
+		<-db.expirer.done
+	}
 	if !db.life.close() {
 		return nil
 	}

@@ -17,6 +17,10 @@ const (
 	DefaultRetention    = window.DefaultRetention
 	DefaultWindowSpan   = window.DefaultSpan
 	DefaultMaxGroupSize = 1000
+
+	DefaultBloomFalsePositiveRate = 0.01
+	DefaultExpireInterval         = time.Minute
+	DefaultExpireStep             = 10000
 )
 
 // Options configures a DB. Pass nil to Open for all defaults; a zero field
@@ -45,8 +49,23 @@ type Options struct {
 	// WindowSpan is the width of one time bucket of marks. Default 1h.
 	WindowSpan time.Duration
 
+	// ExpireInterval is how often expiry runs in the background. Default
+	// 1 minute; negative disables it (call DB.Expire yourself).
+	ExpireInterval time.Duration
+
+	// ExpireStep is the most marks one expiry transaction deletes, which
+	// bounds how long expiry can hold up a writer. Default 10000.
+	ExpireStep int
+
 	// Now is the clock. Default time.Now. Tests inject a fake one.
 	Now func() time.Time
+
+	// BloomFalsePositiveRate is the target false-positive rate of the
+	// in-memory Bloom filter kept per window, which lets a key never seen
+	// skip that window's B-tree look-up. Default 0.01. A negative value
+	// disables the filters: every look-up then reads every live window,
+	// and everything stays correct. Must be below 0.5.
+	BloomFalsePositiveRate float64
 
 	// MaxGroupSize caps how many concurrent Apply calls share one commit.
 	// Default 1000.
@@ -76,8 +95,17 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.WindowSpan == 0 {
 		c.WindowSpan = DefaultWindowSpan
 	}
+	if c.ExpireInterval == 0 {
+		c.ExpireInterval = DefaultExpireInterval
+	}
+	if c.ExpireStep == 0 {
+		c.ExpireStep = DefaultExpireStep
+	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.BloomFalsePositiveRate == 0 {
+		c.BloomFalsePositiveRate = DefaultBloomFalsePositiveRate
 	}
 	if c.MaxGroupSize == 0 {
 		c.MaxGroupSize = DefaultMaxGroupSize
@@ -100,6 +128,12 @@ func (o *Options) validate() error {
 	}
 	if o.FileMode&^os.ModePerm != 0 {
 		bad("FileMode", o.FileMode, "only permission bits are allowed")
+	}
+	if r := o.BloomFalsePositiveRate; r >= 0.5 || r != r {
+		bad("BloomFalsePositiveRate", r, "must be below 0.5 (negative disables the filters)")
+	}
+	if o.ExpireStep < 0 {
+		bad("ExpireStep", o.ExpireStep, "must be positive (zero means the default)")
 	}
 	if o.MaxGroupSize < 0 {
 		bad("MaxGroupSize", o.MaxGroupSize, "must be positive (zero means the default)")

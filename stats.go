@@ -80,33 +80,84 @@ type Stats struct {
 	// FencedWrites counts PutFenced and version-checked writes rejected
 	// with ErrFenced.
 	FencedWrites uint64
+	// BloomNegatives counts window look-ups skipped because the window's
+	// filter said the key was definitely not there.
+	BloomNegatives uint64
+	// BloomFalsePositives counts window look-ups the filter let through
+	// that found nothing. Over BloomNegatives+BloomFalsePositives it
+	// estimates the filters' false-positive rate.
+	BloomFalsePositives uint64
+	// ExpiredWindows and ExpiredMarks count what expiry dropped since Open.
+	// A retry of an expired key is applied again.
+	ExpiredWindows uint64
+	ExpiredMarks   uint64
+
+	// LiveMarks is the number of marks in the live windows (a gauge).
+	LiveMarks uint64
+	// OldestMarkAge is how long ago the oldest live window holding marks
+	// began: no mark is older. Zero with no marks.
+	OldestMarkAge time.Duration
+	// Windows describes every live window, oldest first.
+	Windows []WindowStats
+}
+
+// WindowStats describes one live window.
+type WindowStats struct {
+	Start, End  time.Time
+	Marks       uint64
+	FilterBytes int // memory of its Bloom filter; 0 without one
 }
 
 // Sub returns s - other: counters of the interval between two snapshots.
+// Gauges (LiveMarks, OldestMarkAge, Windows) are s's.
 func (s Stats) Sub(other Stats) Stats {
-	d := Stats{
-		Total:        s.Total.Sub(other.Total),
-		Handlers:     make(map[string]Counters, len(s.Handlers)),
-		Commits:      s.Commits - other.Commits,
-		FencedWrites: s.FencedWrites - other.FencedWrites,
-	}
+	d := s
+	d.Total = s.Total.Sub(other.Total)
+	d.Handlers = make(map[string]Counters, len(s.Handlers))
 	for h, c := range s.Handlers {
 		d.Handlers[h] = c.Sub(other.Handlers[h])
 	}
+	d.Commits -= other.Commits
+	d.FencedWrites -= other.FencedWrites
+	d.BloomNegatives -= other.BloomNegatives
+	d.BloomFalsePositives -= other.BloomFalsePositives
+	d.ExpiredWindows -= other.ExpiredWindows
+	d.ExpiredMarks -= other.ExpiredMarks
 	return d
 }
 
-// Stats returns a snapshot of the counters since Open.
+// Stats returns a snapshot of the counters since Open and the gauges now.
 func (db *DB) Stats() Stats {
-	return db.stats.snapshot()
+	st := db.stats.snapshot()
+	now := db.opts.Now()
+	for _, w := range db.windows.Windows() {
+		ws := WindowStats{
+			Start: time.Unix(0, w.Start),
+			End:   time.Unix(0, db.window.End(w.Start)),
+			Marks: uint64(max(w.Marks.Load(), 0)),
+		}
+		if w.Filter != nil {
+			ws.FilterBytes = w.Filter.SizeBytes()
+		}
+		if ws.Marks > 0 && st.OldestMarkAge == 0 {
+			st.OldestMarkAge = max(now.Sub(ws.Start), 0)
+		}
+		st.LiveMarks += ws.Marks
+		st.Windows = append(st.Windows, ws)
+	}
+	return st
 }
 
 // statsCollector keeps one set of atomic counters per handler. Handlers are
 // operation names, few and fixed, so a map of them stays small.
 type statsCollector struct {
-	handlers     sync.Map // string -> *handlerCounters
-	commits      atomic.Uint64
-	fencedWrites atomic.Uint64
+	handlers            sync.Map // string -> *handlerCounters
+	commits             atomic.Uint64
+	fencedWrites        atomic.Uint64
+	bloomNegatives      atomic.Uint64
+	bloomFalsePositives atomic.Uint64
+	expiredWindows      atomic.Uint64
+	expiredMarks        atomic.Uint64
 }
 
 type handlerCounters [outcomeCount]atomic.Uint64
@@ -123,7 +174,15 @@ func (s *statsCollector) count(handler string, kind outcome) {
 }
 
 func (s *statsCollector) snapshot() Stats {
-	st := Stats{Handlers: map[string]Counters{}, Commits: s.commits.Load(), FencedWrites: s.fencedWrites.Load()}
+	st := Stats{
+		Handlers:            map[string]Counters{},
+		Commits:             s.commits.Load(),
+		FencedWrites:        s.fencedWrites.Load(),
+		BloomNegatives:      s.bloomNegatives.Load(),
+		BloomFalsePositives: s.bloomFalsePositives.Load(),
+		ExpiredWindows:      s.expiredWindows.Load(),
+		ExpiredMarks:        s.expiredMarks.Load(),
+	}
 	s.handlers.Range(func(k, v any) bool {
 		h := v.(*handlerCounters)
 		c := Counters{

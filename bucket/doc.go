@@ -8,8 +8,10 @@
 // Every bucket sits at the root of the bbolt file, under one of two
 // disjoint name prefixes:
 //
-//	oncekv.meta               format record (magic, format version, creation time)
+//	oncekv.meta               format record (magic, format version, creation
+//	                          time) and expiry record (the expiry floor)
 //	oncekv.fences             per-resource fencing-token counters and per-key fences
+//	oncekv.filters            the Bloom filters of sealed windows, by window start
 //	oncekv.window/<8 bytes>   one bucket per time window, named by the window's
 //	                          start as a sortable big-endian integer; inside, one
 //	                          mark per (handler, key)

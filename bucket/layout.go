@@ -18,12 +18,13 @@ import (
 var (
 	MetaRoot     = []byte("oncekv.meta")
 	FencesRoot   = []byte("oncekv.fences")
+	FiltersRoot  = []byte("oncekv.filters")
 	WindowPrefix = []byte("oncekv.window/")
 	UserPrefix   = []byte("u/")
 )
 
 // systemRoots lists the root buckets a well-formed oncekv file always has.
-var systemRoots = [][]byte{MetaRoot, FencesRoot}
+var systemRoots = [][]byte{MetaRoot, FencesRoot, FiltersRoot}
 
 // formatKey is the key of the format record inside MetaRoot.
 var formatKey = []byte("format")
@@ -155,7 +156,7 @@ func Check(tx *bolt.Tx) error {
 	if f.Version > FormatVersion {
 		return fmt.Errorf("%w: file format %d, this build reads up to %d", ErrFormatVersion, f.Version, FormatVersion)
 	}
-	for _, name := range systemRoots {
+	for _, name := range [][]byte{MetaRoot, FencesRoot} {
 		if tx.Bucket(name) == nil {
 			return fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, name)
 		}

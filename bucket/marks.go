@@ -14,27 +14,48 @@ type FoundMark struct {
 	Window int64 // start of its window, Unix nanoseconds
 }
 
-// FindMark looks for the mark of mkey (see [MarkKey]) in every window,
-// newest first, since a retry usually comes soon after the first delivery.
-// It returns nil when there is none. The mark is decoded into fresh memory,
-// so it outlives the transaction.
-func FindMark(tx *bolt.Tx, mkey []byte) (*FoundMark, error) {
+// FindMark looks for the mark of mkey (see [MarkKey]) in every window that
+// starts at or after floor, newest first, since a retry usually comes soon
+// after the first delivery. It returns nil when there is none. The mark is
+// decoded into fresh memory, so it outlives the transaction.
+func FindMark(tx *bolt.Tx, mkey []byte, floor int64) (*FoundMark, error) {
 	var found *FoundMark
 	err := ForEachWindow(tx, true, func(start int64, w *bolt.Bucket) error {
-		raw := w.Get(mkey)
-		if raw == nil {
-			return nil
+		if start < floor {
+			return errStop
 		}
-		found = &FoundMark{Window: start}
-		if err := found.Unmarshal(raw); err != nil {
-			return markError(start, mkey, err)
+		m, err := GetMark(w, start, mkey)
+		if m != nil || err != nil {
+			found = m
+			return errOrStop(err)
 		}
-		return errStop
+		return nil
 	})
 	if err == errStop {
 		err = nil
 	}
 	return found, err
+}
+
+// GetMark reads the mark of mkey from the window bucket w starting at start,
+// or returns nil.
+func GetMark(w *bolt.Bucket, start int64, mkey []byte) (*FoundMark, error) {
+	raw := w.Get(mkey)
+	if raw == nil {
+		return nil, nil
+	}
+	found := &FoundMark{Window: start}
+	if err := found.Unmarshal(raw); err != nil {
+		return nil, markError(start, mkey, err)
+	}
+	return found, nil
+}
+
+func errOrStop(err error) error {
+	if err != nil {
+		return err
+	}
+	return errStop
 }
 
 // windowsEnd is the first root name after every window bucket name.
@@ -75,14 +96,75 @@ func step(c *bolt.Cursor, backwards bool) ([]byte, []byte) {
 }
 
 // PutMark writes m as the mark of mkey in the window starting at start,
-// creating the window bucket when it is the window's first mark.
-func PutMark(tx *bolt.Tx, start int64, mkey []byte, m *Mark) error {
+// creating the window bucket when it is the window's first mark. It reports
+// whether the mark is new in the window (rather than a rewrite of one, as
+// when a claim completes).
+//
+// The window bucket's sequence counts its marks. The sequence sits in the
+// bucket's header in the root page, which this write dirties anyway, so the
+// count costs no extra page and lets Open learn every window's size
+// without walking its pages.
+func PutMark(tx *bolt.Tx, start int64, mkey []byte, m *Mark) (fresh bool, err error) {
 	w, err := tx.CreateBucketIfNotExists(WindowName(start))
 	if err != nil {
-		return fmt.Errorf("oncekv: create window bucket: %w", mapBoltErr(err))
+		return false, fmt.Errorf("oncekv: create window bucket: %w", mapBoltErr(err))
+	}
+	if w.Get(mkey) == nil {
+		fresh = true
+		if err := w.SetSequence(w.Sequence() + 1); err != nil {
+			return false, mapBoltErr(err)
+		}
 	}
 	// mkey is freshly built per request and not reused, so bbolt may keep it.
-	return mapBoltErr(w.Put(mkey, m.Marshal()))
+	return fresh, mapBoltErr(w.Put(mkey, m.Marshal()))
+}
+
+// DeleteMark removes the mark of mkey from the window starting at start. It
+// reports whether there was one.
+func DeleteMark(tx *bolt.Tx, start int64, mkey []byte) (bool, error) {
+	w := tx.Bucket(WindowName(start))
+	if w == nil || w.Get(mkey) == nil {
+		return false, nil
+	}
+	if err := w.SetSequence(w.Sequence() - 1); err != nil {
+		return false, mapBoltErr(err)
+	}
+	return true, mapBoltErr(w.Delete(mkey))
+}
+
+// WindowMarks returns the number of marks in a window bucket.
+func WindowMarks(w *bolt.Bucket) uint64 { return w.Sequence() }
+
+// ExpireSome deletes up to max marks of the window starting at start, and
+// the window bucket and its persisted filter once it is empty. Deleting in
+// bounded steps, each its own transaction, keeps any one step short, so
+// writers never wait long behind expiry whatever the size of the window.
+func ExpireSome(tx *bolt.Tx, start int64, max int) (deleted int, gone bool, err error) {
+	name := WindowName(start)
+	w := tx.Bucket(name)
+	if w != nil {
+		keys := make([][]byte, 0, min(max, 4096))
+		c := w.Cursor()
+		for k, _ := c.First(); k != nil && len(keys) < max; k, _ = c.Next() {
+			keys = append(keys, bytes.Clone(k))
+		}
+		for _, k := range keys {
+			if err := w.Delete(k); err != nil {
+				return deleted, false, mapBoltErr(err)
+			}
+			deleted++
+		}
+		if k, _ := w.Cursor().First(); k != nil {
+			if err := w.SetSequence(w.Sequence() - uint64(min(uint64(deleted), w.Sequence()))); err != nil {
+				return deleted, false, mapBoltErr(err)
+			}
+			return deleted, false, nil
+		}
+		if err := tx.DeleteBucket(name); err != nil {
+			return deleted, false, mapBoltErr(err)
+		}
+	}
+	return deleted, true, DeleteFilter(tx, start)
 }
 
 func markError(start int64, mkey []byte, err error) error {

@@ -46,8 +46,9 @@ func (c Config) Validate() error {
 }
 
 // Start returns the start, in Unix nanoseconds, of the window holding t.
-func (c Config) Start(t time.Time) int64 {
-	n := t.UnixNano()
+func (c Config) Start(t time.Time) int64 { return c.startOf(t.UnixNano()) }
+
+func (c Config) startOf(n int64) int64 {
 	span := int64(c.Span)
 	start := n - n%span
 	if n < 0 && n%span != 0 {

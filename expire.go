@@ -1,0 +1,181 @@
+package oncekv
+
+import (
+	"context"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/bucket"
+)
+
+// ExpireStats reports what one Expire call dropped and what it cost.
+type ExpireStats struct {
+	// Windows is the number of windows deleted.
+	Windows int
+	// Marks is the number of marks deleted.
+	Marks uint64
+	// Steps is the number of write transactions expiry used. Each deletes
+	// at most Options.ExpireStep marks, so no step holds the writer long.
+	Steps int
+	// LongestStep is the longest time one step held the write lock: the
+	// worst stall expiry caused a concurrent writer.
+	LongestStep time.Duration
+	// Duration is the wall time of the whole call.
+	Duration time.Duration
+}
+
+// Expire drops every window whose newest possible mark is older than
+// Options.Retention, by the clock Options.Now. A key whose mark was dropped
+// is applied again if it is delivered again: that is the dedup window.
+//
+// The windows stop answering look-ups at once, in one small transaction;
+// their marks are then deleted in steps of Options.ExpireStep marks, each in
+// its own transaction, so writers wait at most one step behind expiry. The
+// work grows with the number of expired marks, never with the live ones. If
+// ctx ends or the process dies midway, the windows stay dropped and the next
+// Expire (or the background expiry) finishes deleting them.
+//
+// A clock that jumps backwards only delays expiry: nothing is dropped
+// before its time by the clock's own account.
+func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
+	if !db.life.enter() {
+		return ExpireStats{}, ErrClosed
+	}
+	defer db.life.exit()
+	db.expireMu.Lock()
+	defer db.expireMu.Unlock()
+	began := time.Now()
+	var st ExpireStats
+	err := db.expire(ctx, &st)
+	st.Duration = time.Since(began)
+	return st, err
+}
+
+func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
+	now := db.opts.Now()
+	floor := db.windows.Floor()
+	for _, w := range db.windows.Windows() {
+		if db.window.Expired(w.Start, now) {
+			floor = max(floor, db.window.End(w.Start))
+		}
+	}
+	if floor > db.windows.Floor() {
+		if err := db.step(st, func(btx *bolt.Tx) error {
+			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor})
+		}, func() { db.windows.DropBelow(floor) }); err != nil {
+			return err
+		}
+	}
+
+	// Delete what lies below the floor, including what an interrupted
+	// earlier call left.
+	var doomed []int64
+	if err := db.bolt.View(func(btx *bolt.Tx) error {
+		return bucket.ForEachWindow(btx, false, func(start int64, _ *bolt.Bucket) error {
+			if start < db.windows.Floor() {
+				doomed = append(doomed, start)
+			}
+			return nil
+		})
+	}); err != nil {
+		return err
+	}
+	for _, start := range doomed {
+		for gone := false; !gone; {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var deleted int
+			err := db.step(st, func(btx *bolt.Tx) (err error) {
+				deleted, gone, err = bucket.ExpireSome(btx, start, db.opts.ExpireStep)
+				return err
+			}, nil)
+			if err != nil {
+				return err
+			}
+			st.Marks += uint64(deleted)
+			db.stats.expiredMarks.Add(uint64(deleted))
+		}
+		st.Windows++
+		db.stats.expiredWindows.Add(1)
+	}
+	return nil
+}
+
+// step runs one expiry transaction under the write lock, then learned
+// (if any) before releasing it, and records how long the lock was held.
+func (db *DB) step(st *ExpireStats, fn func(btx *bolt.Tx) error, learned func()) error {
+	db.writeMu.Lock()
+	held := time.Now()
+	err := db.writeLocked(func(w *writeTx) error { return fn(w.btx) })
+	if err == nil && learned != nil {
+		learned()
+	}
+	st.LongestStep = max(st.LongestStep, time.Since(held))
+	db.writeMu.Unlock()
+	st.Steps++
+	return err
+}
+
+// expireInBackground runs Expire every Options.ExpireInterval until Close.
+func (db *DB) expireInBackground(ctx context.Context) {
+	defer close(db.expirer.done)
+	t := time.NewTicker(db.opts.ExpireInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			st, err := db.Expire(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				db.log.Error("background expiry failed", "err", err)
+			case st.Windows > 0:
+				db.log.Info("expired windows", "windows", st.Windows, "marks", st.Marks,
+					"longest_step", st.LongestStep, "duration", st.Duration)
+			}
+		}
+	}
+}
+
+// Forget drops the mark of (handler, key), so the next delivery of the key
+// is applied again: for an operator who knows a failure must be retried, or
+// a key that must be processed afresh. Forgetting a key that has no mark is
+// not an error. A key held by a live claim returns ErrInProgress and stays.
+func (db *DB) Forget(handler, key string) error {
+	if !db.life.enter() {
+		return ErrClosed
+	}
+	defer db.life.exit()
+	req := Request{Handler: handler, Key: key}
+	o, err := db.newOp(context.Background(), &req, nil)
+	if err != nil {
+		return requestError("forget", &req, err)
+	}
+	var dropped *bucket.FoundMark
+	err = db.write(func(w *writeTx) error {
+		m, err := db.findMark(w.btx, o.mkey)
+		if err != nil || m == nil {
+			return err
+		}
+		if m.State == bucket.InProgress && w.now.UnixNano() < m.LeaseUntil {
+			return ErrInProgress
+		}
+		if _, err := bucket.DeleteMark(w.btx, m.Window, o.mkey); err != nil {
+			return err
+		}
+		dropped = m
+		return nil
+	})
+	if err != nil {
+		return requestError("forget", &req, err)
+	}
+	if dropped != nil {
+		if w := db.windows.Find(dropped.Window); w != nil {
+			w.Marks.Add(-1) // the filter keeps the key: a false positive, never a false negative
+		}
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package oncekv
+
+import (
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/bloom"
+	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/window"
+)
+
+// minFilterKeys is the smallest number of keys a window's filter is planned
+// for. The filter grows past its plan, so a small guess is cheap.
+const minFilterKeys = 4096
+
+// loadWindows builds the in-memory list of live windows at Open. The
+// filters of sealed windows come from the file; only the newest window,
+// which may still be receiving marks, is rebuilt by reading its keys. A
+// sealed filter that is missing or fails its checksum is rebuilt too (and
+// logged): slower, never wrong.
+func (db *DB) loadWindows(tx *bolt.Tx) error {
+	exp, err := bucket.ReadExpiry(tx)
+	if err != nil {
+		return err
+	}
+	var live []*window.Live
+	var buckets []*bolt.Bucket
+	err = bucket.ForEachWindow(tx, false, func(start int64, b *bolt.Bucket) error {
+		if start < exp.Floor {
+			return nil // expired; Expire finishes deleting it
+		}
+		w := &window.Live{Start: start}
+		w.Marks.Store(int64(bucket.WindowMarks(b)))
+		live = append(live, w)
+		buckets = append(buckets, b)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if db.filtersOn() {
+		for i, w := range live {
+			newest := i == len(live)-1
+			if !newest {
+				if w.Filter = db.decodeFilter(tx, w.Start); w.Filter != nil {
+					continue
+				}
+			}
+			if w.Filter, err = db.rebuildFilter(buckets[i], uint64(w.Marks.Load())); err != nil {
+				return err
+			}
+		}
+	}
+	db.windows = window.NewSet(live, exp.Floor)
+	return nil
+}
+
+func (db *DB) filtersOn() bool { return db.opts.BloomFalsePositiveRate > 0 }
+
+// newFilter returns an empty filter planned for about keys keys.
+func (db *DB) newFilter(keys uint64) (*bloom.Filter, error) {
+	return bloom.New(max(keys, minFilterKeys), db.opts.BloomFalsePositiveRate)
+}
+
+func (db *DB) decodeFilter(tx *bolt.Tx, start int64) *bloom.Filter {
+	raw := bucket.GetFilter(tx, start)
+	if raw == nil {
+		return nil
+	}
+	f, err := bloom.Decode(raw)
+	if err != nil {
+		db.log.Warn("rebuilding a window's Bloom filter", "window", time.Unix(0, start).UTC(), "err", err)
+		return nil
+	}
+	return f
+}
+
+func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error) {
+	f, err := db.newFilter(marks + marks/4)
+	if err != nil {
+		return nil, err
+	}
+	err = b.ForEach(func(mkey, _ []byte) error {
+		f.Add(bloom.Sum64(mkey))
+		return nil
+	})
+	return f, err
+}
+
+// findMark is the one look-up of a key's mark that every path uses. It looks
+// in the live windows newest first, and skips a window whose filter says the
+// key is definitely not there. A positive answer is always confirmed by the
+// exact look-up, so a false positive costs one B-tree read and never drops a
+// request.
+//
+// The filters know every committed mark: a write transaction teaches them
+// its marks after it commits and before the next writer starts. What they
+// cannot know is a mark written earlier in the same, still open,
+// transaction (an earlier request of the same group or batch), so for a key
+// written in the current transaction the look-up reads every window.
+func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
+	floor := db.windows.Floor()
+	if btx.Writable() && db.current != nil && db.current.wrote(mkey) {
+		return bucket.FindMark(btx, mkey, floor)
+	}
+	h := bloom.Sum64(mkey)
+	live := db.windows.Windows()
+	for i := len(live) - 1; i >= 0; i-- {
+		w := live[i]
+		if w.Filter != nil && !w.Filter.MayContain(h) {
+			db.stats.bloomNegatives.Add(1)
+			continue
+		}
+		b := btx.Bucket(bucket.WindowName(w.Start))
+		if b == nil {
+			continue // created after this snapshot, or being expired
+		}
+		m, err := bucket.GetMark(b, w.Start, mkey)
+		if m != nil || err != nil {
+			return m, err
+		}
+		if w.Filter != nil {
+			db.stats.bloomFalsePositives.Add(1)
+		}
+	}
+	return nil, nil
+}
+
+// mayHaveMark reports whether any live window might hold mkey: false means
+// the key was certainly never seen (as of the last commit), and the read
+// transaction of the duplicate fast path can be skipped altogether.
+func (db *DB) mayHaveMark(mkey []byte) bool {
+	h := bloom.Sum64(mkey)
+	for _, w := range db.windows.Windows() {
+		if w.Filter == nil || w.Filter.MayContain(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeMark returns the window a new mark goes into at now.
+func (db *DB) placeMark(now time.Time) int64 {
+	return db.window.Place(now.UnixNano(), db.windows)
+}
+
+// sealLocked persists the filter of the newest window before a newer window
+// receives its first mark, in the same transaction. From then on the sealed
+// window only receives rewrites of marks it already holds, so the stored
+// filter stays complete, and Open can load it instead of reading every key.
+func (db *DB) sealLocked(btx *bolt.Tx, newStart int64) error {
+	newest := db.windows.Newest()
+	if newest == nil || newest.Start >= newStart || newest.Filter == nil {
+		return nil
+	}
+	enc, err := newest.Filter.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("oncekv: encode window filter: %w", err)
+	}
+	return bucket.PutFilter(btx, newest.Start, enc)
+}
+
+// learnLocked publishes what a committed transaction wrote: new windows,
+// mark counts, and every new key in its window's filter. It runs under
+// writeMu, after the commit and before the next writer.
+func (db *DB) learnLocked(marked []markedKey) {
+	for _, m := range marked {
+		w := db.windows.Find(m.window)
+		if w == nil {
+			w = &window.Live{Start: m.window}
+			if db.filtersOn() {
+				var plan uint64
+				if n := db.windows.Newest(); n != nil {
+					plan = uint64(n.Marks.Load())
+				}
+				f, err := db.newFilter(plan)
+				if err != nil {
+					// Options were validated, so this cannot happen; without
+					// a filter the window is simply always read.
+					db.log.Error("no Bloom filter for a new window", "err", err)
+				}
+				w.Filter = f
+			}
+			db.windows.Add(w)
+		}
+		if !m.fresh {
+			continue
+		}
+		w.Marks.Add(1)
+		if w.Filter != nil {
+			w.Filter.Add(bloom.Sum64(m.mkey))
+		}
+	}
+}
