@@ -105,10 +105,18 @@ type demo struct {
 	receipt []byte
 	// failures counts checks that printed MISMATCH.
 	failures int
+	// steps counts the story's steps printed so far.
+	steps int
+}
+
+// step returns the number of the next step of the story.
+func (d *demo) step() int {
+	d.steps++
+	return d.steps
 }
 
 func (d *demo) run() (err error) {
-	steps := []func() error{d.open, d.retryStorm, d.keyReuse, d.effectErrors, d.reopen, d.summary}
+	steps := []func() error{d.open, d.retryStorm, d.keyReuse, d.effectErrors, d.reopen, d.windowStory, d.summary}
 	defer func() {
 		if d.db != nil {
 			if cerr := d.db.Close(); err == nil {
@@ -175,7 +183,7 @@ func (d *demo) open() error {
 		d.prefix = fmt.Sprintf("r%d-", run)
 		d.printf("oncekv demo on %s (kept, run %d: keys start with %q)\n", d.path, run, d.prefix)
 	}
-	d.printf("\n1. Open the store; user bucket %q holds the balances\n", bankBucket)
+	d.printf("\n%d. Open the store; user bucket %q holds the balances\n", d.step(), bankBucket)
 	bal, err := d.balances()
 	if err != nil {
 		return err
@@ -198,7 +206,7 @@ func (d *demo) retryStorm() error {
 	// A fixed seed keeps the printed order the same from run to run.
 	rand.New(rand.NewPCG(1, 2)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 
-	d.printf("\n2. Retry storm: %d deposits, each delivered 3-5 times, shuffled, %d goroutines\n", len(storm), stormWorkers)
+	d.printf("\n%d. Retry storm: %d deposits, each delivered 3-5 times, shuffled, %d goroutines\n", d.step(), len(storm), stormWorkers)
 	d.printf("   effect: read balance, add amount, write it back (NOT idempotent)\n")
 	var first []string
 	for _, i := range order[:8] {
@@ -296,7 +304,7 @@ func (d *demo) keyReuse() error {
 	orig := storm[0].transfer
 	reused := orig
 	reused.Amount = 999
-	d.printf("\n3. Key reuse: %s%s again, but %s +%d instead of +%d\n", d.prefix, orig.key, orig.Account, reused.Amount, orig.Amount)
+	d.printf("\n%d. Key reuse: %s%s again, but %s +%d instead of +%d\n", d.step(), d.prefix, orig.key, orig.Account, reused.Amount, orig.Amount)
 	before, err := d.balances()
 	if err != nil {
 		return err
@@ -323,7 +331,7 @@ func (d *demo) keyReuse() error {
 // effectErrors is step 4: a transient error rolls back and a retry runs
 // the effect again; a permanent one is recorded and replayed.
 func (d *demo) effectErrors() error {
-	d.printf("\n4. Effect errors\n")
+	d.printf("\n%d. Effect errors\n", d.step())
 
 	dep := transfer{"dep-007", "carol", 10}
 	d.printf("   transient  %s%s %s +%d, the ledger times out on the first try\n", d.prefix, dep.key, dep.Account, dep.Amount)
@@ -390,7 +398,7 @@ func (d *demo) effectErrors() error {
 // still a duplicate with the original response.
 func (d *demo) reopen() error {
 	key := d.prefix + storm[0].key
-	d.printf("\n5. Close and reopen the file, redeliver %s\n", key)
+	d.printf("\n%d. Close and reopen the file, redeliver %s\n", d.step(), key)
 	d.closed = d.db.Stats()
 	err := d.db.Close()
 	d.db = nil
@@ -414,7 +422,7 @@ func (d *demo) reopen() error {
 // summary is step 6: the counters of both sessions, per handler.
 func (d *demo) summary() error {
 	stats := addStats(d.closed, d.db.Stats())
-	d.printf("\n6. Stats of both sessions (db.Stats counts since Open)\n")
+	d.printf("\n%d. Stats of both sessions (db.Stats counts since Open)\n", d.step())
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, " %-8s\tapplied\tduplicates\tkey reuse\teffect errors\tfailed\tfailed replayed\t\n", "handler")
 	row := func(name string, c oncekv.Counters) {
