@@ -65,6 +65,7 @@ func TestApplyRunsEffectOnceAndReplaysResponse(t *testing.T) {
 	require.Equal(t, "alice=100", string(first.Response))
 	require.False(t, first.FirstSeen.IsZero())
 
+	commits := db.Stats().Commits
 	for range 3 {
 		again, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) {
 			t.Fatal("the effect ran for a duplicate")
@@ -75,6 +76,7 @@ func TestApplyRunsEffectOnceAndReplaysResponse(t *testing.T) {
 		require.Equal(t, first.Response, again.Response)
 		require.True(t, first.FirstSeen.Equal(again.FirstSeen))
 	}
+	require.Equal(t, commits, db.Stats().Commits, "a duplicate commits nothing, so it costs no fsync")
 	require.Equal(t, uint64(100), balance(t, db, "alice"))
 
 	st := db.Stats()
