@@ -224,7 +224,7 @@ func (db *DB) answerFromSnapshot(ops []*op) bool {
 	}
 	all := true
 	err := db.bolt.View(func(btx *bolt.Tx) error {
-		now := db.opts.Now()
+		now := db.clock.read()
 		for _, o := range ops {
 			m, err := db.findMark(btx, o.mkey)
 			switch {
@@ -297,7 +297,7 @@ func (db *DB) settle(o *op) (Result, error) {
 		db.log.LogAttrs(o.ctx, slog.LevelInfo, "duplicate suppressed",
 			slog.String("handler", o.req.Handler),
 			slog.String("key", o.req.Key),
-			slog.Duration("age", db.opts.Now().Sub(o.res.FirstSeen)))
+			slog.Duration("age", db.clock.read().Sub(o.res.FirstSeen)))
 	}
 	return o.res, requestError("apply", o.req, o.err)
 }

@@ -40,6 +40,8 @@ type DB struct {
 	current *writeTx
 	// windows are the live dedup windows and their filters.
 	windows *window.Set
+	// clock is Options.Now, never going backwards.
+	clock monotonicClock
 
 	// expireMu lets one Expire run at a time.
 	expireMu sync.Mutex
@@ -94,9 +96,13 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
 	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b}
+	db.clock.now = o.Now
 	if err := b.View(db.loadWindows); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
+	}
+	if n := db.windows.Newest(); n != nil {
+		db.clock.atLeast(n.Start) // a restart must not turn the clock back either
 	}
 	db.life.init()
 	if o.ExpireInterval > 0 {

@@ -36,11 +36,22 @@
 //   - A context that is done before the commit applies nothing.
 //   - Unless Options.NoSync is set, Apply returns only after the commit is on
 //     disk (bbolt's fdatasync).
+//   - Marks are kept for at least Options.Retention after they were first
+//     seen. They live in time windows of Options.WindowSpan that expire
+//     whole (DB.Expire, and in the background), so the cost of expiry grows
+//     with what expires, never with what is live.
+//   - The Bloom filter kept per window is only a hint: "definitely not
+//     seen" skips that window's look-up, and "maybe" is always confirmed by
+//     the exact look-up. It learns a key only after the key's transaction
+//     has committed, and it is rebuilt from the file when it cannot be
+//     trusted, so it never causes a lost dedup (a false negative), not
+//     after a reopen, an expiry or a crash.
 //
 // # Caveats
 //
 //   - Dedup lasts for the window (Options.Retention, 7 days by default). A
-//     retry that arrives after it is applied again. Choose the window longer
+//     retry that arrives after it is applied again; Stats.ExpiredMarks
+//     counts the marks that can no longer stop one. Choose the window longer
 //     than the longest a retry can be delayed: topic retention, a client's
 //     retry horizon, the time to handle an incident by hand.
 //   - The effect must change nothing outside its transaction. Under group

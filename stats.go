@@ -129,7 +129,7 @@ func (s Stats) Sub(other Stats) Stats {
 // Stats returns a snapshot of the counters since Open and the gauges now.
 func (db *DB) Stats() Stats {
 	st := db.stats.snapshot()
-	now := db.opts.Now()
+	now := db.clock.read()
 	for _, w := range db.windows.Windows() {
 		ws := WindowStats{
 			Start: time.Unix(0, w.Start),

@@ -18,7 +18,7 @@ type writeTx struct {
 	db  *DB
 	btx *bolt.Tx
 	tx  *Tx       // the user's view of the same transaction
-	now time.Time // one clock reading for the whole transaction
+	now time.Time // one reading of the monotonic clock for the whole transaction
 	// marked lists the marks written, in order.
 	marked []markedKey
 	// written holds the hashes of the keys in marked, for findMark.
@@ -44,7 +44,7 @@ func (db *DB) write(fn func(w *writeTx) error) error {
 func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	var w *writeTx
 	err := db.bolt.Update(func(btx *bolt.Tx) error {
-		w = &writeTx{db: db, btx: btx, tx: newTx(btx), now: db.opts.Now()}
+		w = &writeTx{db: db, btx: btx, tx: newTx(btx), now: db.clock.read()}
 		db.current = w
 		defer func() {
 			db.current = nil
