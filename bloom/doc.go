@@ -28,7 +28,8 @@
 // When the newest stage fills, Add appends one with twice the capacity and
 // half the rate of the previous growth stage, 1/8, 1/16, ... of the target,
 // so the stage rates sum to at most the target at any fill. MayContain
-// checks every stage.
+// checks every stage. Growth stops at 16 stages, whose last holds 2^15
+// times the planned keys; past that the rate degrades instead.
 //
 // # Concurrency
 //

@@ -18,8 +18,8 @@ const (
 	// inside a block (9 bits for 512).
 	probeShift = 64 - 9
 
-	// maxK bounds probes per key. Sizing never picks more than about 32
-	// for any rate it can reach; the bound is what Decode accepts.
+	// maxK bounds probes per key. Sizing picks 32 at 1e-15, about the
+	// lowest rate 512-bit blocks can reach; Decode accepts up to maxK.
 	maxK = 64
 	// maxStages bounds growth: the last stage holds 2^15 times the
 	// planned keys. Past that a filter keeps filling its last stage and
@@ -89,9 +89,10 @@ type stage struct {
 // false-positive rate of at most fpRate.
 //
 // expectedKeys must be at least 1 and fpRate must lie in (0, 1); other
-// values return an error wrapping ErrInvalidParameter. A planned count of
-// zero is rejected rather than defaulted because growth makes a small
-// guess cheap: pass a rough estimate.
+// values return an error wrapping ErrInvalidParameter, as do rates below
+// about 1e-15, which 512-bit blocks cannot reach. A planned count of zero
+// is rejected rather than defaulted because growth makes a small guess
+// cheap: pass a rough estimate.
 //
 // Adding more than expectedKeys keys grows the filter, keeping the
 // false-positive rate at or below fpRate at any fill; see Add.
@@ -237,11 +238,13 @@ func (f *Filter) Params() (expectedKeys uint64, fpRate float64) {
 // Unlike a formula over Count, it is right even when keys were added twice.
 // It reads the whole filter, so it costs O(SizeBytes).
 func (f *Filter) EstimatedFalsePositiveRate() float64 {
-	pass := 1.0 // probability that a random absent hash passes no stage
+	// Stages hold disjoint keys in independently placed bits, so an absent
+	// hash is rejected by each with independent probability.
+	rejected := 1.0
 	for _, s := range f.state.Load().stages {
-		pass *= 1 - s.estimatedFPR()
+		rejected *= 1 - s.estimatedFPR()
 	}
-	return 1 - pass
+	return 1 - rejected
 }
 
 // reserve claims room for one key, failing when the stage is at capacity

@@ -149,27 +149,34 @@ func measureFPR(f *bloom.Filter, trials uint64) float64 {
 
 // TestFalsePositiveRate measures the false-positive rate at the planned
 // size and after growth to ten times it; both must be within 1.5x of the
-// target. With one million trials the standard error is about 1% of the
-// rate at 1% and 3% at 0.1%, so the bound cannot fail by chance.
+// target. With a million trials the standard error is about 1% of the rate
+// at 1% and 4% at 0.1%, so the bound cannot fail by chance; under the race
+// detector a fifth of the work keeps it below 10%.
 func TestFalsePositiveRate(t *testing.T) {
-	const planned = 100_000
+	planned, trials := uint64(100_000), uint64(1_000_000)
+	if raceEnabled {
+		planned, trials = 20_000, 200_000
+	}
 	for _, target := range []float64{0.01, 0.001} {
 		for _, fill := range []uint64{1, 10} {
 			t.Run(fmt.Sprintf("rate=%v/fill=%dx", target, fill), func(t *testing.T) {
+				t.Parallel()
 				f, err := bloom.New(planned, target)
 				require.NoError(t, err)
 				n := planned * fill
 				for i := range n {
 					f.Add(keyHash("present", i))
 				}
-				got := measureFPR(f, 1_000_000)
+				got := measureFPR(f, trials)
 				est := f.EstimatedFalsePositiveRate()
-				t.Logf("target %.4f%%: measured %.4f%% (%.2fx), estimated %.4f%%, %d keys, %d stages, %.2f bits/key",
-					100*target, 100*got, got/target, 100*est, n, f.Stages(), float64(f.SizeBytes()*8)/float64(n))
+				t.Logf("target %.4f%%: measured %.4f%% (%.2fx) over %d trials, estimated %.4f%%, %d keys, %d stages, %.2f bits/key",
+					100*target, 100*got, got/target, trials, 100*est, n, f.Stages(), float64(f.SizeBytes()*8)/float64(n))
 				require.LessOrEqual(t, got, 1.5*target)
-				// The estimate reads the real bits; it should agree with
-				// the measurement to within sampling noise.
-				require.InEpsilon(t, got, est, 0.15)
+				// The estimate reads the real bits, so it should agree with
+				// the measurement within sampling noise (four standard
+				// errors) plus a small allowance for probe correlation.
+				tolerance := 0.05 + 4/math.Sqrt(est*float64(trials))
+				require.InEpsilon(t, est, got, tolerance)
 			})
 		}
 	}

@@ -3,6 +3,7 @@ package bloom_test
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,6 +46,9 @@ func TestSum64PairIsLengthPrefixedConcatenation(t *testing.T) {
 		{"orders.charge", "3f6c1d52-5b1e-4a43-9d55-0f8a8a1ad0c1"},
 		{string(make([]byte, 200)), "k"}, // two-byte varint, several stripes
 		{"h", string(make([]byte, 95))},
+		// Either side of the longest pair hashed from a stack copy (128).
+		{strings.Repeat("h", 100), strings.Repeat("k", 27)},
+		{strings.Repeat("h", 100), strings.Repeat("k", 28)},
 	} {
 		want := binary.AppendUvarint(nil, uint64(len(tc.a)))
 		want = append(append(want, tc.a...), tc.b...)
