@@ -1,0 +1,126 @@
+package oncekv_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/oncetest"
+)
+
+// crashChildEnv names the database a re-executed test binary works on when
+// it runs as the crash test's child.
+const crashChildEnv = "ONCEKV_CRASH_CHILD_DB"
+
+// TestMain lets the test binary double as the crash test's child process.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(crashChildEnv); path != "" {
+		crashChild(path)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// crashChild applies increments for keys k0, k1, ... from 8 goroutines and
+// prints "ACK k" once Apply has returned for k, until it is killed.
+func crashChild(path string) {
+	db, err := oncekv.Open(path, &oncekv.Options{ExpireInterval: -1})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	out := make(chan string, 64)
+	for w := range 8 {
+		go func() {
+			for i := w; ; i += 8 {
+				key := fmt.Sprint("k", i)
+				if _, err := db.Apply(context.Background(), oncekv.Request{Handler: "crash", Key: key}, deposit("counter", 1)); err != nil {
+					out <- "ERR " + err.Error()
+					return
+				}
+				out <- "ACK " + key
+			}
+		}()
+	}
+	for line := range out {
+		fmt.Println(line)
+	}
+}
+
+// TestSIGKILLLosesNothingAndDuplicatesNothing kills a child process that is
+// applying increments with SIGKILL, several times over the same file, and
+// checks after each kill: every acknowledged key is a duplicate (its mark
+// is durable), and the counter equals the number of keys that have marks,
+// so no effect committed without its mark or the other way round.
+func TestSIGKILLLosesNothingAndDuplicatesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns child processes")
+	}
+	path := filepath.Join(t.TempDir(), "crash.db")
+	acked := map[string]bool{}
+	for round := range 3 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+path)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		lines := bufio.NewScanner(stdout)
+		target := 100 + 150*round
+		n := 0
+		for n < target && lines.Scan() {
+			line := lines.Text()
+			require.True(t, strings.HasPrefix(line, "ACK "), "child said %q", line)
+			acked[strings.TrimPrefix(line, "ACK ")] = true
+			n++
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		for lines.Scan() { // acknowledgements already written before the kill
+			if line := lines.Text(); strings.HasPrefix(line, "ACK ") {
+				acked[strings.TrimPrefix(line, "ACK ")] = true
+			}
+		}
+		_ = cmd.Wait()
+
+		db, err := oncekv.Open(path, &oncekv.Options{ExpireInterval: -1, OpenTimeout: 10 * time.Second})
+		require.NoError(t, err)
+		marked := 0
+		maxKey := 0
+		for k := range acked {
+			i, _ := strconv.Atoi(strings.TrimPrefix(k, "k"))
+			maxKey = max(maxKey, i)
+		}
+		for i := 0; i <= maxKey+8*4; i++ {
+			// Probe with an effect that refuses to run: a duplicate proves
+			// a mark, the refusal proves none and rolls back, so probing
+			// changes nothing.
+			key := fmt.Sprint("k", i)
+			res, err := db.Apply(context.Background(), oncekv.Request{Handler: "crash", Key: key}, func(tx *oncekv.Tx) ([]byte, error) {
+				return nil, errNotApplied
+			})
+			if err == nil {
+				require.True(t, res.Duplicate)
+				marked++
+				continue
+			}
+			require.ErrorIs(t, err, errNotApplied)
+			require.False(t, acked[key], "acknowledged key %s lost its mark", key)
+		}
+		require.Equal(t, uint64(marked), balance(t, db, "counter"),
+			"every committed effect has its mark and every mark its effect")
+		require.NoError(t, db.Close())
+		oncetest.Check(t, path)
+	}
+}
+
+var errNotApplied = fmt.Errorf("probe: not applying")
