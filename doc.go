@@ -46,6 +46,16 @@
 //     has committed, and it is rebuilt from the file when it cannot be
 //     trusted, so it never causes a lost dedup (a false negative), not
 //     after a reopen, an expiry or a crash.
+//   - Bucket.PutFenced applies a write only if its fence is strictly greater
+//     than the key's, inside the same transaction as the effect and the
+//     mark. DB.NextFence issues fences that only grow, per resource, and
+//     are never issued twice, not even after a crash. Bucket.PutIfVersion
+//     is compare-and-set; every write of a key moves its version on.
+//   - DB.Claim is Apply for an effect outside the store (an e-mail, a
+//     payment gateway): the key is IN_PROGRESS under a lease and a fencing
+//     token until Complete or Fail. Lease expiry alone frees the key of a
+//     crashed worker, and a worker taken over gets ErrFenced, never a second
+//     say in the result.
 //
 // # Caveats
 //
@@ -59,7 +69,16 @@
 //     commit fails), and only the committed run counts. An e-mail or a call
 //     to a payment gateway cannot join the transaction.
 //   - Dedup does not fix reordering: set(x,1) delivered after set(x,2) is
-//     applied once, and wrongly. That needs versions or fencing tokens.
+//     applied once, and wrongly. That needs versions or fencing tokens:
+//     write such keys with PutFenced or PutIfVersion. Plain Put is
+//     unfenced; it moves a key's version on but ignores its fence.
+//   - A fence outlives its key: Delete keeps it, so a stale writer cannot
+//     bring the key back, and the store never drops fence records.
+//   - A claim's external effect is as idempotent as the external system
+//     makes it: pass Claim.Token along as its idempotency key or fence.
+//     Within its lease the holder is safe from takeover, but a lease is
+//     time, and a process can pause past it; the token is what the
+//     external system should trust.
 //   - One process per file: bbolt locks it, and a second Open fails with
 //     ErrLocked after Options.OpenTimeout.
 //   - The idempotency key must be created once, when the intent is formed,

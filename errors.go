@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/fence"
 	"github.com/oncekv/oncekv/window"
 )
 
@@ -21,8 +22,9 @@ var (
 	ErrInProgress = errors.New("oncekv: key is being processed right now")
 	// ErrFenced: a write or a claim operation carried a fence or token that
 	// is not newer than the stored one: the writer is stale (a zombie after
-	// a pause) and must give up, not retry.
-	ErrFenced = errors.New("oncekv: fenced off by a newer writer")
+	// a pause) and must give up, not retry. A rejected PutFenced, or a
+	// claim taken over by a newer one, gives a *FenceError with both.
+	ErrFenced = fence.ErrFenced
 	// ErrFailed: the key's effect failed permanently (see Permanent) and the
 	// failure was recorded; every duplicate gets it back.
 	ErrFailed = errors.New("oncekv: operation failed permanently")
@@ -158,3 +160,45 @@ func (e *FailedError) Unwrap() []error {
 	}
 	return []error{ErrFailed, e.cause}
 }
+
+// Errors of fenced and versioned writes (Bucket.PutFenced,
+// Bucket.PutIfVersion, DB.NextFence). Nothing is changed when one is
+// returned. ErrFenced is with the request errors above.
+var (
+	// ErrVersionConflict: PutIfVersion presented a version that is no
+	// longer the key's, because the key was written since it was read. Read
+	// it again and retry; a *VersionError holds both versions.
+	ErrVersionConflict = fence.ErrVersionConflict
+	// ErrUnversioned: PutIfVersion from version 0 met a key that exists but
+	// was only ever written with plain Put, so a racing Put could not be
+	// detected. Retrying does not help; see Bucket.PutIfVersion.
+	ErrUnversioned = fence.ErrUnversioned
+	// ErrInvalidFence: PutFenced was given fence 0, which is never newer
+	// than anything.
+	ErrInvalidFence = fence.ErrInvalidFence
+	// ErrResourceRequired: NextFence was given an empty resource name.
+	ErrResourceRequired = fence.ErrResourceRequired
+)
+
+// FenceError is a fenced write refused with ErrFenced: the key carries
+// Stored, and the write presented Presented, which is not greater. A claim
+// taken over by a newer one gets one too, with the tokens.
+type FenceError = fence.Error
+
+// VersionError is a compare-and-set refused with ErrVersionConflict.
+type VersionError = fence.VersionError
+
+// Errors of claims (DB.Claim and the methods of Claim). Those about one
+// request come wrapped in a *RequestError, like Apply's.
+var (
+	// ErrInvalidLease: a claim or an extension asked for a lease that is
+	// not positive.
+	ErrInvalidLease = errors.New("oncekv: lease must be positive")
+	// ErrClaimDone: Extend, Complete or Fail on a claim that holds nothing
+	// any more: its key was done when it was claimed (Done is true), or
+	// this claim has already completed, failed or released it.
+	ErrClaimDone = errors.New("oncekv: claim is done: it no longer holds its key")
+	// ErrUnknownClaim: a method was called on a nil or zero Claim rather
+	// than one that DB.Claim returned.
+	ErrUnknownClaim = errors.New("oncekv: unknown claim: use the one DB.Claim returned")
+)

@@ -77,8 +77,8 @@ type Stats struct {
 	// Commits counts write transactions committed (Apply groups, batches,
 	// Update). Total.Applied / Commits is the average group size.
 	Commits uint64
-	// FencedWrites counts PutFenced and version-checked writes rejected
-	// with ErrFenced.
+	// FencedWrites counts writes refused by PutFenced (ErrFenced) and
+	// PutIfVersion (ErrVersionConflict, ErrUnversioned).
 	FencedWrites uint64
 	// BloomNegatives counts window look-ups skipped because the window's
 	// filter said the key was definitely not there.

@@ -209,6 +209,13 @@ func TestForget(t *testing.T) {
 	require.ErrorIs(t, db.Forget("", "k"), oncekv.ErrHandlerRequired)
 	require.ErrorIs(t, db.Forget("h", ""), oncekv.ErrKeyRequired)
 	require.True(t, applyKey(t, db, "k").Duplicate)
+
+	// A key under a live claim stays: its holder is still working on it.
+	c, err := db.Claim(context.Background(), oncekv.Request{Handler: "h", Key: "claimed"}, time.Minute)
+	require.NoError(t, err)
+	require.ErrorIs(t, db.Forget("h", "claimed"), oncekv.ErrInProgress)
+	_, err = c.Complete(context.Background(), []byte("done"), nil)
+	require.NoError(t, err, "the holder is not disturbed by the refused Forget")
 }
 
 // TestReopenLoadsSealedFiltersAndRebuildsTheRest checks that a reopened store

@@ -52,6 +52,11 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		}()
 		return fn(w)
 	})
+	if w != nil {
+		// Refused fenced writes count whether or not the transaction
+		// committed: the refusal happened either way.
+		db.stats.fencedWrites.Add(w.tx.life.Rejected())
+	}
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 // State is the state of a mark, as in the article's processed_messages table.
@@ -56,7 +58,7 @@ const markFields = 7
 
 // Marshal encodes the mark.
 func (m *Mark) Marshal() []byte {
-	return seal(func(enc *msgpack.Encoder) error {
+	return record.Seal(func(enc *msgpack.Encoder) error {
 		return errors.Join(
 			enc.EncodeArrayLen(markFields),
 			enc.EncodeUint8(uint8(m.State)),
@@ -73,7 +75,7 @@ func (m *Mark) Marshal() []byte {
 // Unmarshal decodes and validates a mark. The decoded Response is a copy, so
 // it stays valid after the transaction that read it.
 func (m *Mark) Unmarshal(raw []byte) error {
-	return unseal(raw, markFields, func(dec *msgpack.Decoder) error {
+	return record.Unseal(raw, markFields, func(dec *msgpack.Decoder) error {
 		state, err := dec.DecodeUint8()
 		if err != nil {
 			return err

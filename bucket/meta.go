@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/oncekv/oncekv/internal/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -21,14 +23,14 @@ type Expiry struct {
 
 // Marshal encodes the record.
 func (e Expiry) Marshal() []byte {
-	return seal(func(enc *msgpack.Encoder) error {
+	return record.Seal(func(enc *msgpack.Encoder) error {
 		return errors.Join(enc.EncodeArrayLen(1), enc.EncodeInt64(e.Floor))
 	})
 }
 
 // Unmarshal decodes and validates the record.
 func (e *Expiry) Unmarshal(raw []byte) error {
-	return unseal(raw, 1, func(dec *msgpack.Decoder) (err error) {
+	return record.Unseal(raw, 1, func(dec *msgpack.Decoder) (err error) {
 		e.Floor, err = dec.DecodeInt64()
 		return err
 	})

@@ -2,17 +2,33 @@ package bucket
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/fence"
 )
 
-// Life tells the buckets and cursors of one transaction whether that
-// transaction is still open. bbolt unmaps its pages when the database
-// closes, so touching a bucket after its transaction ended could read freed
-// memory; every user-facing call checks Life first and fails cleanly instead.
-type Life struct{ ended atomic.Bool }
+// Life is the state that the buckets and cursors of one transaction share.
+// Above all it tells them whether that transaction is still open. bbolt
+// unmaps its pages when the database closes, so touching a bucket after its
+// transaction ended could read freed memory; every user-facing call checks
+// Life first and fails cleanly instead.
+type Life struct {
+	ended atomic.Bool
+	// rejected counts the fenced and versioned writes refused in the
+	// transaction, for the store's statistics.
+	rejected atomic.Uint64
+	// keys holds the fence records of each user bucket the transaction
+	// touched, by name. Every handle on a bucket shares them, so that a
+	// look-up of its records that found none can be kept: only a write
+	// through the same records can create them. bbolt transactions are used
+	// by one goroutine at a time, and so is this map.
+	keys map[string]*fence.Keys
+}
 
 // End marks the transaction finished.
 func (l *Life) End() { l.ended.Store(true) }
@@ -20,14 +36,23 @@ func (l *Life) End() { l.ended.Store(true) }
 // Ended reports whether the transaction has finished.
 func (l *Life) Ended() bool { return l.ended.Load() }
 
+// Rejected returns how many fenced or versioned writes the transaction
+// refused (ErrFenced, ErrVersionConflict, ErrUnversioned).
+func (l *Life) Rejected() uint64 { return l.rejected.Load() }
+
 // Bucket is a user bucket: a named key/value space behind the "u/" prefix. It has
 // bbolt's semantics: keys sort bytewise, a value returned by Get or a cursor
 // is valid only until the transaction ends, and writes need a writable
 // transaction.
+//
+// On top of them, a key may carry a fence and a version (see PutFenced and
+// PutIfVersion), kept in the system bucket of fences where no user call
+// can reach them.
 type Bucket struct {
 	b    *bolt.Bucket
 	name []byte
 	life *Life
+	keys *fence.Keys // the fences and versions of the keys; opened on first use
 }
 
 // UserBucket returns the user bucket name, or nil when it does not exist.
@@ -112,25 +137,170 @@ func (b *Bucket) Get(key []byte) []byte {
 
 // Put sets key to value. Key and value are copied, so the caller may reuse
 // them at once.
+//
+// Put carries no fence and checks no version, but it is never an invisible
+// write: on a key that has a version (see PutIfVersion) it moves the
+// version on, so a compare-and-set that read the key before this Put fails
+// instead of overwriting it. The key's fence stays as it was.
 func (b *Bucket) Put(key, value []byte) error {
+	if err := b.checkPut(key, value); err != nil {
+		return err
+	}
+	if err := b.touch("put", key); err != nil {
+		return err
+	}
+	return b.putValue("put", key, value)
+}
+
+// Delete removes key. Deleting an absent key is not an error.
+//
+// A key with a fence keeps it when deleted, and its version moves on: a
+// stale PutFenced cannot bring the key back, and a compare-and-set that
+// read the key before it was deleted fails.
+func (b *Bucket) Delete(key []byte) error {
+	if err := b.checkWrite(key); err != nil {
+		return err
+	}
+	if err := b.touch("delete", key); err != nil {
+		return err
+	}
+	return b.wrap("delete", key, b.b.Delete(key))
+}
+
+// PutFenced sets key to value only if fence is strictly greater than the
+// fence stored with the key (0 when it has none), and then stores fence with
+// it. Otherwise it returns an error matching ErrFenced, a *fence.Error
+// (oncekv.FenceError) holding both fences, and changes nothing: the writer
+// is stale (a GC pause, a partition, a zombie worker) and must give up, not
+// retry.
+//
+// Fences are what DB.NextFence and claim tokens issue, or any number that
+// only grows, such as a Kafka offset or a Raft term. Fence 0 is
+// ErrInvalidFence. Each PutFenced also moves the key's version on, like
+// every other write.
+func (b *Bucket) PutFenced(key, value []byte, fence uint64) error {
+	return b.putAdmitted("put fenced", key, value, func(k *fenceKeys) error { return k.Fenced(key, fence) })
+}
+
+// Fence returns the fence stored with key, or 0 when it has none. Deleting a
+// key keeps its fence.
+//
+// A fence record that does not decode reads as 0 here; every write of the
+// key reports it as ErrCorrupt, so a damaged record cannot let a stale
+// write through.
+func (b *Bucket) Fence(key []byte) uint64 { return b.record(key).Fence }
+
+// Version returns key's version, for a later PutIfVersion: the number of
+// writes of the key since its first fenced or versioned write, counting
+// plain Puts and Deletes since then. It is 0 when the key has no version:
+// it is absent, or only plain Put ever wrote it. Like Fence, it reads a
+// damaged record as 0.
+func (b *Bucket) Version(key []byte) uint64 { return b.record(key).Version }
+
+// PutIfVersion sets key to value only if key's version is still version,
+// as read with Version, and moves the version on by one: compare-and-set
+// for read-modify-write without holding a write transaction across the
+// computation. When the key was written since (by any method), it returns
+// an error matching ErrVersionConflict, a *fence.VersionError
+// (oncekv.VersionError), and changes nothing; read again and retry.
+//
+// Version 0 creates: it succeeds only while the key does not exist. A key
+// that exists but was written only with plain Put has version 0 too, and
+// is refused with ErrUnversioned, because Put leaves no version on such a
+// key and a Put racing with this call could not be detected. Bring such a
+// key under versions in one transaction that deletes it and puts it again
+// with version 0 (or writes it with PutFenced).
+func (b *Bucket) PutIfVersion(key, value []byte, version uint64) error {
+	return b.putAdmitted("put if version", key, value, func(k *fenceKeys) error {
+		return k.IfVersion(key, version, b.b.Get(key) != nil)
+	})
+}
+
+// fenceKeys lets methods whose fence parameter shadows the package name
+// still name its type.
+type fenceKeys = fence.Keys
+
+// putAdmitted writes value to key if admit, which checks and records the
+// key's fence or version, lets it. Every input is checked before admit
+// writes its record, so an error changes nothing.
+func (b *Bucket) putAdmitted(op string, key, value []byte, admit func(*fence.Keys) error) error {
+	if err := b.checkPut(key, value); err != nil {
+		return err
+	}
+	keys, err := b.fences()
+	if err != nil {
+		return err
+	}
+	if err := admit(keys); err != nil {
+		if errors.Is(err, fence.ErrFenced) || errors.Is(err, fence.ErrVersionConflict) || errors.Is(err, fence.ErrUnversioned) {
+			b.life.rejected.Add(1)
+		}
+		return b.wrap(op, key, err)
+	}
+	return b.putValue(op, key, value)
+}
+
+// touch moves key's version on for a write that carries no fence or
+// version, if the key has a version.
+func (b *Bucket) touch(op string, key []byte) error {
+	keys, err := b.fences()
+	if err != nil {
+		return err
+	}
+	return b.wrap(op, key, keys.Touch(key))
+}
+
+// fences returns the fence records of the bucket's keys.
+func (b *Bucket) fences() (*fence.Keys, error) {
+	if b.keys != nil {
+		return b.keys, nil
+	}
+	if k := b.life.keys[string(b.name)]; k != nil {
+		b.keys = k
+		return k, nil
+	}
+	root, err := fencesRoot(b.b.Tx())
+	if err != nil {
+		return nil, err
+	}
+	if b.life.keys == nil {
+		b.life.keys = make(map[string]*fence.Keys)
+	}
+	b.keys = fence.OpenKeys(root, b.name)
+	b.life.keys[string(b.name)] = b.keys
+	return b.keys, nil
+}
+
+// record returns key's fence record, zero when it has none or it cannot be
+// read.
+func (b *Bucket) record(key []byte) fence.Record {
+	if b.life.Ended() || len(key) == 0 {
+		return fence.Record{}
+	}
+	keys, err := b.fences()
+	if err != nil {
+		return fence.Record{}
+	}
+	r, _, _ := keys.Get(key) // zero on a decode error, which writes report
+	return r
+}
+
+func (b *Bucket) checkPut(key, value []byte) error {
 	if err := b.checkWrite(key); err != nil {
 		return err
 	}
 	if len(value) > MaxValueSize {
 		return fmt.Errorf("value of %d bytes in bucket %q: %w", len(value), clip(string(b.name)), ErrValueTooLarge)
 	}
+	return nil
+}
+
+func (b *Bucket) putValue(op string, key, value []byte) error {
 	if value == nil {
 		value = []byte{} // bbolt stores nil as empty anyway; say so explicitly
 	}
-	return b.wrap("put", key, b.b.Put(bytes.Clone(key), bytes.Clone(value)))
-}
-
-// Delete removes key. Deleting an absent key is not an error.
-func (b *Bucket) Delete(key []byte) error {
-	if err := b.checkWrite(key); err != nil {
-		return err
-	}
-	return b.wrap("delete", key, b.b.Delete(key))
+	// bbolt copies the key itself, but keeps the value until the commit.
+	return b.wrap(op, key, b.b.Put(key, bytes.Clone(value)))
 }
 
 // ForEach calls fn for every key/value pair in key order. An error from fn
@@ -144,7 +314,7 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 
 // Cursor returns a cursor over the bucket, valid until the transaction ends.
 func (b *Bucket) Cursor() *Cursor {
-	return &Cursor{c: b.b.Cursor(), life: b.life}
+	return &Cursor{c: b.b.Cursor(), b: b, life: b.life}
 }
 
 // NextSequence returns a new, strictly increasing integer for the bucket,
@@ -175,14 +345,29 @@ func (b *Bucket) wrap(op string, key []byte, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("oncekv: %s %q in bucket %q: %w", op, clip(string(key)), clip(string(b.name)), mapBoltErr(err))
+	return &keyError{op: op, key: clip(string(key)), bucket: clip(string(b.name)), err: fenceError(err)}
 }
+
+// keyError names the operation, key and bucket of an error. Its message
+// drops the "oncekv: " of the error it wraps, so that it is not repeated.
+type keyError struct {
+	op, key, bucket string
+	err             error
+}
+
+func (e *keyError) Error() string {
+	return fmt.Sprintf("oncekv: %s %q in bucket %q: %s", e.op, e.key, e.bucket, strings.TrimPrefix(e.err.Error(), "oncekv: "))
+}
+
+func (e *keyError) Unwrap() error { return e.err }
 
 // Cursor walks a user bucket in key order. Keys and values it returns are
 // valid only until the transaction ends.
 type Cursor struct {
 	c    *bolt.Cursor
+	b    *Bucket
 	life *Life
+	key  []byte // the key under the cursor, as the last move returned it
 }
 
 // First moves to the first key and returns it, or nil keys when empty.
@@ -202,11 +387,23 @@ func (c *Cursor) Seek(seek []byte) (key, value []byte) {
 	return c.step(func() ([]byte, []byte) { return c.c.Seek(seek) })
 }
 
-// Delete removes the key under the cursor.
+// Delete removes the key under the cursor: the one the last move returned.
+// With no key under it (before the first move, past the end, or right
+// after a Delete) it does nothing. Like Bucket.Delete, it keeps the key's
+// fence and moves its version on.
 func (c *Cursor) Delete() error {
-	if c.life.Ended() {
+	switch {
+	case c.life.Ended():
 		return ErrTxClosed
+	case !c.b.b.Writable():
+		return ErrTxNotWritable
+	case c.key == nil:
+		return nil
 	}
+	if err := c.b.touch("delete", c.key); err != nil {
+		return err
+	}
+	c.key = nil // bbolt now points at the next key, which the caller has not seen
 	return mapBoltErr(c.c.Delete())
 }
 
@@ -214,5 +411,7 @@ func (c *Cursor) step(move func() ([]byte, []byte)) ([]byte, []byte) {
 	if c.life.Ended() {
 		return nil, nil
 	}
-	return move()
+	k, v := move()
+	c.key = k
+	return k, v
 }

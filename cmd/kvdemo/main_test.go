@@ -71,6 +71,17 @@ func TestDemo(t *testing.T) {
 	requireLine(t, out, `after the window: duplicate=false, applied again \(by design\)\s+OK$`)
 	requireLine(t, out, `its window still live: duplicate=true\s+OK$`)
 
+	// The reorder story: the delayed set(x,1) is refused by the fence.
+	requireLine(t, out, `B  set\(x,2\): applied$`)
+	requireLine(t, out, `A  set\(x,1\): refused, stored fence 2 > presented 1$`)
+	requireLine(t, out, `x = 2 with fence 2; set\(x,1\) redelivered: duplicate=true  OK$`)
+
+	// The claim story: the worker taken over is fenced off; one e-mail goes out.
+	requireLine(t, out, `worker A claims welcome-ann: token 1, lease 30s, then stalls 45s$`)
+	requireLine(t, out, `worker B takes over: token 2, sent with key 2, completes  OK$`)
+	requireLine(t, out, `worker A wakes: send refused, Complete: fenced off by a newer writer: stored fence 2, presented 1  OK$`)
+	requireLine(t, out, `e-mails delivered: 1; redelivery: done=true, "sent with key 2"  OK$`)
+
 	// The last step: counters of both sessions.
 	requireLine(t, out, `deposit\s+7\s+19\s+1\s+1\s+0\s+0$`)
 	requireLine(t, out, `withdraw\s+0\s+0\s+0\s+0\s+1\s+1$`)

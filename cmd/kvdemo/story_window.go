@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/oncekv/oncekv"
@@ -14,23 +12,15 @@ import (
 // were first seen, a retry inside the window suppressed, the window
 // expiring, and a retry after it applied again.
 func (d *demo) windowStory() error {
-	dir, err := os.MkdirTemp("", "kvdemo-window")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	clock := &fakeClock{now: time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)}
-	db, err := oncekv.Open(filepath.Join(dir, "window.db"), &oncekv.Options{
-		Now:            clock.Now,
+	opts := oncekv.Options{
 		WindowSpan:     time.Hour,
 		Retention:      24 * time.Hour,
 		ExpireInterval: -1, // expiry runs when the story says so
-	})
-	if err != nil {
-		return err
 	}
-	defer db.Close()
+	return withScratchStore("window", opts, d.windowSteps)
+}
 
+func (d *demo) windowSteps(db *oncekv.DB, clock *fakeClock) error {
 	d.printf("\n%d. The dedup window: 1h windows, 24h retention, a fake clock (separate store)\n", d.step())
 	deliver := func(key string) (bool, error) {
 		res, err := db.Apply(context.Background(), oncekv.Request{Handler: "reading", Key: key, Payload: []byte(key)},
@@ -86,10 +76,3 @@ func (d *demo) windowStory() error {
 	d.printf("   t-1030-a redelivered, its window still live: duplicate=%t  %s\n", recent, d.check(recent))
 	return nil
 }
-
-// fakeClock is the story's clock: it moves only when the story moves it.
-// The story runs on one goroutine, so it needs no lock.
-type fakeClock struct{ now time.Time }
-
-func (c *fakeClock) Now() time.Time  { return c.now }
-func (c *fakeClock) Set(t time.Time) { c.now = t }

@@ -1,0 +1,163 @@
+package oncekv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/oncekv/oncekv"
+)
+
+// openExample opens a store in a fresh temporary directory and returns it
+// with the function that removes it all.
+func openExample(opts *oncekv.Options) (*oncekv.DB, func()) {
+	dir, err := os.MkdirTemp("", "oncekv-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err := oncekv.Open(filepath.Join(dir, "app.db"), opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, func() {
+		db.Close()
+		os.RemoveAll(dir)
+	}
+}
+
+// An e-mail cannot join the store's transaction, so it is sent under a
+// claim. The first worker stalls past its lease; the second takes the key
+// over and sends the e-mail; the first one's late Complete is refused.
+func ExampleDB_Claim() {
+	clock := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	db, cleanup := openExample(&oncekv.Options{Now: func() time.Time { return clock }})
+	defer cleanup()
+	ctx := context.Background()
+	req := oncekv.Request{Handler: "email", Key: "welcome-42", Payload: []byte("to=ann@example.com")}
+
+	// send stands for the mail service, which takes the token as its own
+	// idempotency key.
+	send := func(token uint64) []byte { return fmt.Appendf(nil, "sent with key %d", token) }
+
+	a, err := db.Claim(ctx, req, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("worker A holds the key with token", a.Token())
+
+	clock = clock.Add(45 * time.Second) // A stalls in a GC pause, past its lease
+	b, err := db.Claim(ctx, req, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("worker B takes it over with token", b.Token())
+	res, err := b.Complete(ctx, send(b.Token()), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("worker B completes: %s\n", res.Response)
+
+	_, err = a.Complete(ctx, send(a.Token()), nil) // A wakes up
+	fmt.Println("worker A is fenced off:", errors.Is(err, oncekv.ErrFenced))
+
+	// A redelivery of the message gets the stored result, and sends nothing.
+	again, err := db.Claim(ctx, req, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("redelivery: done=%v %s\n", again.Done(), again.Result().Response)
+	// Output:
+	// worker A holds the key with token 1
+	// worker B takes it over with token 2
+	// worker B completes: sent with key 2
+	// worker A is fenced off: true
+	// redelivery: done=true sent with key 2
+}
+
+// Two writers set the same key. The first takes its token, stalls, and
+// arrives after the second: the fence refuses its stale write.
+func ExampleBucket_PutFenced() {
+	db, cleanup := openExample(nil)
+	defer cleanup()
+	set := func(value string, fence uint64) error {
+		return db.Update(func(tx *oncekv.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("config"))
+			if err != nil {
+				return err
+			}
+			return b.PutFenced([]byte("x"), []byte(value), fence)
+		})
+	}
+
+	next := func() uint64 {
+		token, err := db.NextFence("config/x") // durable before it is returned
+		if err != nil {
+			log.Fatal(err)
+		}
+		return token
+	}
+
+	first, second := next(), next()
+	if err := set("2", second); err != nil {
+		log.Fatal(err)
+	}
+	err := set("1", first) // after a GC pause: too late
+	var fe *oncekv.FenceError
+	if errors.As(err, &fe) {
+		fmt.Printf("refused: stored fence %d, presented %d\n", fe.Stored, fe.Presented)
+	}
+	_ = db.View(func(tx *oncekv.Tx) error {
+		b := tx.Bucket([]byte("config"))
+		fmt.Printf("x = %s, fence %d\n", b.Get([]byte("x")), b.Fence([]byte("x")))
+		return nil
+	})
+	// Output:
+	// refused: stored fence 2, presented 1
+	// x = 2, fence 2
+}
+
+// Read-modify-write without holding the write lock across the computation:
+// read the value and its version, compute, and write only if nobody wrote
+// the key in between.
+func ExampleBucket_PutIfVersion() {
+	db, cleanup := openExample(nil)
+	defer cleanup()
+	counter := []byte("visits")
+	increment := func() error {
+		for {
+			var n int
+			var version uint64
+			_ = db.View(func(tx *oncekv.Tx) error {
+				if b := tx.Bucket([]byte("stats")); b != nil {
+					n, version = len(b.Get(counter)), b.Version(counter)
+				}
+				return nil
+			})
+			err := db.Update(func(tx *oncekv.Tx) error {
+				b, err := tx.CreateBucketIfNotExists([]byte("stats"))
+				if err != nil {
+					return err
+				}
+				return b.PutIfVersion(counter, make([]byte, n+1), version) // version 0 creates
+			})
+			if !errors.Is(err, oncekv.ErrVersionConflict) {
+				return err // nil, or an error a retry cannot fix
+			}
+		}
+	}
+	for range 3 {
+		if err := increment(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	_ = db.View(func(tx *oncekv.Tx) error {
+		b := tx.Bucket([]byte("stats"))
+		fmt.Printf("visits = %d, version %d\n", len(b.Get(counter)), b.Version(counter))
+		return nil
+	})
+	// Output: visits = 3, version 3
+}

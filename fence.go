@@ -1,0 +1,48 @@
+package oncekv
+
+import (
+	"fmt"
+
+	"github.com/oncekv/oncekv/bucket"
+)
+
+// NextFence issues a fencing token for resource: strictly greater than
+// every token issued for resource before, by this process or any earlier
+// one. Tokens of different resources are independent; each starts at 1.
+//
+// The counter is committed in its own write transaction before NextFence
+// returns, and durable unless Options.NoSync is set, so a token is never
+// issued twice, not even after a crash right after it was handed out. Pass
+// the token to Bucket.PutFenced (here or in any store that checks fences):
+// a writer that took its token before another one, then stalled, is
+// refused instead of overwriting the newer write.
+//
+// Errors: ErrResourceRequired for an empty resource, ErrKeyTooLarge for one
+// over bbolt's key limit, ErrClosed after Close.
+func (db *DB) NextFence(resource string) (uint64, error) {
+	if !db.life.enter() {
+		return 0, ErrClosed
+	}
+	defer db.life.exit()
+	var token uint64
+	err := db.write(func(w *writeTx) (err error) {
+		token, err = bucket.NextToken(w.btx, []byte(resource))
+		return err
+	})
+	if err != nil {
+		return 0, &resourceError{resource: resource, err: err}
+	}
+	return token, nil
+}
+
+// resourceError names the resource of a failed NextFence.
+type resourceError struct {
+	resource string
+	err      error
+}
+
+func (e *resourceError) Error() string {
+	return fmt.Sprintf("oncekv: next fence of %q: %s", bucket.Clip(e.resource), trimPrefix(e.err))
+}
+
+func (e *resourceError) Unwrap() error { return e.err }

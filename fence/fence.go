@@ -1,0 +1,186 @@
+package fence
+
+import (
+	"math"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The first byte of every entry in the fences bucket; see the package
+// documentation for the layout.
+const (
+	kindToken = 't'
+	kindClaim = 'c'
+	kindKeys  = 'k'
+)
+
+// claimCounter is the key of the claim token counter.
+var claimCounter = []byte{kindClaim}
+
+// MaxResourceSize is the longest resource name Next accepts: a bbolt key
+// less the kind byte.
+const MaxResourceSize = bolt.MaxKeySize - 1
+
+// Next issues the next token of resource in fences, the system bucket of
+// fences, and returns it: one more than the last one issued, starting at 1.
+// The counter is written in the caller's transaction, so the token is
+// durable, and never issued again, once that transaction commits.
+func Next(fences *bolt.Bucket, resource []byte) (uint64, error) {
+	if len(resource) == 0 {
+		return 0, ErrResourceRequired
+	}
+	key := make([]byte, 0, 1+len(resource))
+	return bump(fences, append(append(key, kindToken), resource...))
+}
+
+// NextClaim issues the next claim token. Claim tokens come from one counter
+// for the whole store, so a token is unique across every key: an external
+// system can take it as its own idempotency key, or as a fence.
+func NextClaim(fences *bolt.Bucket) (uint64, error) {
+	return bump(fences, claimCounter)
+}
+
+// bump adds one to the counter at key and returns the new value.
+func bump(fences *bolt.Bucket, key []byte) (uint64, error) {
+	var last uint64
+	if raw := fences.Get(key); raw != nil {
+		if err := unsealInts(raw, &last); err != nil {
+			return 0, &RecordError{Key: key, Err: err}
+		}
+	}
+	next, err := increment(last)
+	if err != nil {
+		return 0, err
+	}
+	return next, fences.Put(key, sealInts(next))
+}
+
+func increment(n uint64) (uint64, error) {
+	if n == math.MaxUint64 {
+		return 0, ErrExhausted
+	}
+	return n + 1, nil
+}
+
+// Keys is the records of the keys of one user bucket.
+//
+// A key gets a record on its first fenced (Fenced) or versioned (IfVersion)
+// write. From then on every write of the key counts in its version,
+// whichever method made it: Touch is for the writes that carry neither a
+// fence nor a version (plain Put, Delete). Keys without a record cost those
+// writes one look-up, and a bucket with no record at all one look-up of the
+// bucket. Records outlive their keys: Delete keeps the fence, so a stale
+// writer cannot bring a deleted key back.
+//
+// A Keys keeps what it learned about its records bucket for the rest of the
+// transaction, including that there is none yet; so every write of one
+// user bucket in one transaction must go through the same Keys.
+type Keys struct {
+	fences *bolt.Bucket
+	name   []byte       // the records bucket's name in fences
+	b      *bolt.Bucket // the records bucket, once looked up or created
+	looked bool         // b was looked up, and is nil if there is none
+}
+
+// OpenKeys returns the records of the user bucket named userBucket, inside
+// fences.
+func OpenKeys(fences *bolt.Bucket, userBucket []byte) *Keys {
+	name := make([]byte, 0, 1+len(userBucket))
+	return &Keys{fences: fences, name: append(append(name, kindKeys), userBucket...)}
+}
+
+// records returns the records bucket, or nil when no key has a record.
+func (k *Keys) records() *bolt.Bucket {
+	if !k.looked {
+		k.b, k.looked = k.fences.Bucket(k.name), true
+	}
+	return k.b
+}
+
+// Get returns key's record, and whether it has one.
+func (k *Keys) Get(key []byte) (r Record, ok bool, err error) {
+	b := k.records()
+	if b == nil {
+		return Record{}, false, nil
+	}
+	raw := b.Get(key)
+	if raw == nil {
+		return Record{}, false, nil
+	}
+	if err := r.UnmarshalBinary(raw); err != nil {
+		return Record{}, false, &RecordError{Bucket: k.name, Key: key, Err: err}
+	}
+	return r, true, nil
+}
+
+// put stores key's record with its version moved on by one.
+func (k *Keys) put(key []byte, r Record) error {
+	v, err := increment(r.Version)
+	if err != nil {
+		return err
+	}
+	r.Version = v
+	if k.records() == nil {
+		if k.b, err = k.fences.CreateBucketIfNotExists(k.name); err != nil {
+			return err
+		}
+	}
+	enc, _ := r.AppendBinary(nil)
+	return k.b.Put(key, enc)
+}
+
+// Fenced admits a write of key carrying fence, and records the fence: it
+// returns an *Error (ErrFenced) unless fence is strictly greater than the
+// stored one, and ErrInvalidFence for 0. On an error nothing is written.
+func (k *Keys) Fenced(key []byte, fence uint64) error {
+	if fence == 0 {
+		return ErrInvalidFence
+	}
+	r, _, err := k.Get(key)
+	if err != nil {
+		return err
+	}
+	if fence <= r.Fence {
+		return &Error{Stored: r.Fence, Presented: fence}
+	}
+	r.Fence = fence
+	return k.put(key, r)
+}
+
+// IfVersion admits a compare-and-set of key that read it at version, and
+// records the write; exists says whether the key has a value now. It
+// returns a *VersionError (ErrVersionConflict) when the version moved on.
+//
+// Version 0 means "the key has no record": so a compare-and-set from 0 is
+// a create, and succeeds only while the key does not exist. A key that
+// exists without a record was written only by plain Put, which leaves no
+// trace on such a key, so a Put racing with the compare-and-set could not
+// be told from none; that case is ErrUnversioned, not a silent lost update.
+// On an error nothing is written.
+func (k *Keys) IfVersion(key []byte, version uint64, exists bool) error {
+	r, ok, err := k.Get(key)
+	switch {
+	case err != nil:
+		return err
+	case !ok && exists && version == 0:
+		return ErrUnversioned
+	case r.Version != version:
+		return &VersionError{Stored: r.Version, Presented: version}
+	}
+	return k.put(key, r)
+}
+
+// Touch counts a write of key that carries no fence or version (a plain Put
+// or a Delete) in the key's version, if the key has a record. Without it, a
+// plain Put between a read and a compare-and-set would go unseen and be
+// overwritten.
+func (k *Keys) Touch(key []byte) error {
+	if k.records() == nil {
+		return nil
+	}
+	r, ok, err := k.Get(key)
+	if !ok || err != nil {
+		return err
+	}
+	return k.put(key, r)
+}

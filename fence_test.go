@@ -1,0 +1,629 @@
+package oncekv_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/oncetest"
+)
+
+var registers = []byte("registers")
+
+// putFenced writes value to key in the registers bucket, with fence, in a
+// transaction of its own.
+func putFenced(db *oncekv.DB, key string, value []byte, fence uint64) error {
+	return db.Update(func(tx *oncekv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(registers)
+		if err != nil {
+			return err
+		}
+		return b.PutFenced([]byte(key), value, fence)
+	})
+}
+
+// register is a key of the registers bucket as a reader sees it.
+type register struct {
+	value   string
+	exists  bool
+	fence   uint64
+	version uint64
+}
+
+func readRegister(t testing.TB, db *oncekv.DB, key string) register {
+	t.Helper()
+	var r register
+	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+		b := tx.Bucket(registers)
+		if b == nil {
+			return nil
+		}
+		v := b.Get([]byte(key))
+		r = register{value: string(v), exists: v != nil, fence: b.Fence([]byte(key)), version: b.Version([]byte(key))}
+		return nil
+	}))
+	return r
+}
+
+// update runs fn on the registers bucket in one write transaction.
+func update(t testing.TB, db *oncekv.DB, fn func(b *oncekv.Bucket) error) error {
+	t.Helper()
+	return db.Update(func(tx *oncekv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(registers)
+		if err != nil {
+			return err
+		}
+		return fn(b)
+	})
+}
+
+// TestPutFencedRejectsTheDelayedWriter is the article's story: the writer of
+// set(x,1) takes its token, stalls in a GC pause, and arrives after set(x,2)
+// was applied. Each write is applied at most once either way; only the
+// fence keeps the late one from winning.
+func TestPutFencedRejectsTheDelayedWriter(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	first, err := db.NextFence("x")
+	require.NoError(t, err)
+	second, err := db.NextFence("x")
+	require.NoError(t, err)
+	require.Greater(t, second, first)
+
+	require.NoError(t, putFenced(db, "x", []byte("2"), second))
+	err = putFenced(db, "x", []byte("1"), first) // the writer wakes up
+	require.ErrorIs(t, err, oncekv.ErrFenced)
+	var fe *oncekv.FenceError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, oncekv.FenceError{Stored: second, Presented: first}, *fe)
+	require.Contains(t, err.Error(), `"x"`, "the error names the key")
+	require.Contains(t, err.Error(), `"registers"`, "the error names the bucket")
+	require.Equal(t, register{value: "2", exists: true, fence: second, version: 1}, readRegister(t, db, "x"))
+
+	// An equal fence is not newer either.
+	require.ErrorIs(t, putFenced(db, "x", []byte("2 again"), second), oncekv.ErrFenced)
+	require.Equal(t, "2", readRegister(t, db, "x").value)
+	require.Equal(t, uint64(2), db.Stats().FencedWrites, "both refusals are counted")
+}
+
+// TestPutFencedRandomDelays: writers take store-issued tokens, pause for a
+// random time, then write. Whatever the order they arrive in, the writes
+// that are applied go in increasing token order, every refused writer was
+// behind the stored fence, and the value left is the greatest token's.
+func TestPutFencedRandomDelays(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	const writers = 8
+	rejected := 0
+	for round := range 15 {
+		key := fmt.Sprintf("x%d", round)
+		delays := make([]time.Duration, writers)
+		for i := range delays {
+			delays[i] = time.Duration(rng.IntN(2000)) * time.Microsecond
+		}
+		type write struct {
+			token uint64
+			err   error
+		}
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			writes  = make([]write, writers)
+			applied []uint64 // in commit order
+		)
+		for i := range writers {
+			wg.Go(func() {
+				token, err := db.NextFence(key)
+				if err == nil {
+					time.Sleep(delays[i]) // the pause that reorders the writers
+					err = update(t, db, func(b *oncekv.Bucket) error {
+						if err := b.PutFenced([]byte(key), uintBytes(token), token); err != nil {
+							return err
+						}
+						mu.Lock() // writers commit one at a time, so this is commit order
+						applied = append(applied, token)
+						mu.Unlock()
+						return nil
+					})
+				}
+				writes[i] = write{token, err}
+			})
+		}
+		wg.Wait()
+		var greatest uint64
+		for _, w := range writes {
+			greatest = max(greatest, w.token)
+			if w.err == nil {
+				continue
+			}
+			rejected++
+			var fe *oncekv.FenceError
+			require.ErrorAs(t, w.err, &fe, "seed %d round %d", seed, round)
+			require.Equal(t, w.token, fe.Presented)
+			require.Greater(t, fe.Stored, w.token, "refused only behind a newer fence")
+		}
+		require.IsIncreasing(t, applied, "seed %d round %d", seed, round)
+		require.Equal(t, greatest, applied[len(applied)-1])
+		r := readRegister(t, db, key)
+		require.Equal(t, string(uintBytes(greatest)), r.value, "seed %d round %d", seed, round)
+		require.Equal(t, greatest, r.fence)
+		require.Equal(t, uint64(len(applied)), r.version)
+	}
+	require.Positive(t, rejected, "seed %d: the delays never reordered a write; the test proved nothing", seed)
+}
+
+// TestPutFencedCommitsWithApply: a fenced write in Apply's effect commits
+// with the mark, or not at all. A message refused by the fence is still
+// recorded as done, so its redelivery does not try again.
+func TestPutFencedCommitsWithApply(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	ctx := context.Background()
+	set := func(value string, fence uint64) func(tx *oncekv.Tx) ([]byte, error) {
+		return func(tx *oncekv.Tx) ([]byte, error) {
+			b, err := tx.CreateBucketIfNotExists(registers)
+			if err != nil {
+				return nil, err
+			}
+			err = b.PutFenced([]byte("x"), []byte(value), fence)
+			if errors.Is(err, oncekv.ErrFenced) {
+				return []byte("stale, dropped"), nil // give up, and remember that we did
+			}
+			return []byte("set"), err
+		}
+	}
+	req := func(key string) oncekv.Request { return oncekv.Request{Handler: "config", Key: key} }
+
+	res, err := db.Apply(ctx, req("set-x-2"), set("2", 2))
+	require.NoError(t, err)
+	require.Equal(t, "set", string(res.Response))
+	res, err = db.Apply(ctx, req("set-x-1"), set("1", 1))
+	require.NoError(t, err)
+	require.Equal(t, "stale, dropped", string(res.Response))
+	res, err = db.Apply(ctx, req("set-x-1"), set("1", 1))
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
+	require.Equal(t, register{value: "2", exists: true, fence: 2, version: 1}, readRegister(t, db, "x"))
+
+	// An effect error rolls the fence back with the value and the mark.
+	errUpstream := errors.New("upstream timeout")
+	_, err = db.Apply(ctx, req("set-x-3"), func(tx *oncekv.Tx) ([]byte, error) {
+		if _, err := set("3", 3)(tx); err != nil {
+			return nil, err
+		}
+		return nil, errUpstream
+	})
+	require.ErrorIs(t, err, errUpstream)
+	require.Equal(t, register{value: "2", exists: true, fence: 2, version: 1}, readRegister(t, db, "x"))
+	res, err = db.Apply(ctx, req("set-x-3"), set("3", 3))
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	require.Equal(t, register{value: "3", exists: true, fence: 3, version: 2}, readRegister(t, db, "x"))
+}
+
+func TestPutFencedBadInput(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	require.NoError(t, putFenced(db, "k", []byte("v"), 5))
+	var leaked *oncekv.Bucket
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error {
+		for _, tc := range []struct {
+			name  string
+			key   []byte
+			value []byte
+			fence uint64
+			want  error
+		}{
+			{"fence 0", []byte("k"), []byte("v0"), 0, oncekv.ErrInvalidFence},
+			{"fence 0 on a new key", []byte("new"), []byte("v0"), 0, oncekv.ErrInvalidFence},
+			{"nil key", nil, []byte("v"), 9, oncekv.ErrKeyRequired},
+			{"key too large", make([]byte, bolt.MaxKeySize+1), []byte("v"), 9, oncekv.ErrKeyTooLarge},
+		} {
+			require.ErrorIs(t, b.PutFenced(tc.key, tc.value, tc.fence), tc.want, tc.name)
+		}
+		require.ErrorIs(t, b.PutIfVersion(nil, []byte("v"), 0), oncekv.ErrKeyRequired)
+		require.ErrorIs(t, b.PutIfVersion(make([]byte, bolt.MaxKeySize+1), []byte("v"), 0), oncekv.ErrKeyTooLarge)
+		require.Zero(t, b.Fence(nil))
+		require.Zero(t, b.Version(nil))
+		require.Zero(t, b.Fence([]byte("never written")))
+		leaked = b
+		return nil
+	}))
+	require.Equal(t, register{value: "v", exists: true, fence: 5, version: 1}, readRegister(t, db, "k"),
+		"bad input must change nothing")
+	require.False(t, readRegister(t, db, "new").exists)
+
+	require.ErrorIs(t, leaked.PutFenced([]byte("k"), []byte("v"), 9), oncekv.ErrTxClosed)
+	require.ErrorIs(t, leaked.PutIfVersion([]byte("k"), []byte("v"), 1), oncekv.ErrTxClosed)
+	require.Zero(t, leaked.Fence([]byte("k")), "a bucket outlives its transaction only as a dead handle")
+	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+		b := tx.Bucket(registers)
+		require.ErrorIs(t, b.PutFenced([]byte("k"), []byte("v"), 9), oncekv.ErrTxNotWritable)
+		require.ErrorIs(t, b.PutIfVersion([]byte("k"), []byte("v"), 1), oncekv.ErrTxNotWritable)
+		require.Equal(t, uint64(5), b.Fence([]byte("k")), "fences are readable in a read transaction")
+		return nil
+	}))
+}
+
+// TestDeleteKeepsTheFence: a deleted key keeps its fence, so a stale writer
+// cannot bring it back, and its version moves on, so a compare-and-set
+// that read it before the delete fails. Deleting the whole bucket keeps
+// the fences too.
+func TestDeleteKeepsTheFence(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	require.NoError(t, putFenced(db, "k", []byte("v"), 5))
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.Delete([]byte("k")) }))
+	require.Equal(t, register{fence: 5, version: 2}, readRegister(t, db, "k"))
+	require.ErrorIs(t, putFenced(db, "k", []byte("zombie"), 4), oncekv.ErrFenced)
+	require.False(t, readRegister(t, db, "k").exists, "a stale writer must not resurrect the key")
+	require.NoError(t, putFenced(db, "k", []byte("new"), 6))
+	require.Equal(t, register{value: "new", exists: true, fence: 6, version: 3}, readRegister(t, db, "k"))
+
+	// A cursor's Delete is a delete too.
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error {
+		c := b.Cursor()
+		require.NoError(t, c.Delete(), "nothing under a cursor that has not moved")
+		k, _ := c.Seek([]byte("k"))
+		require.Equal(t, "k", string(k))
+		require.NoError(t, c.Delete())
+		require.NoError(t, c.Delete(), "a second Delete without a move deletes nothing")
+		return nil
+	}))
+	require.Equal(t, register{fence: 6, version: 4}, readRegister(t, db, "k"))
+
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error { return tx.DeleteBucket(registers) }))
+	require.ErrorIs(t, putFenced(db, "k", []byte("zombie"), 6), oncekv.ErrFenced)
+	require.Equal(t, register{}, readRegister(t, db, "k"), "the refused write rolled back, bucket and all")
+	require.NoError(t, putFenced(db, "k", []byte("new bucket"), 7))
+	require.Equal(t, register{value: "new bucket", exists: true, fence: 7, version: 5}, readRegister(t, db, "k"))
+}
+
+// TestPutIfVersion covers compare-and-set, and how the other writes move
+// the version so that mixing them with it cannot lose an update silently.
+func TestPutIfVersion(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	cas := func(key, value string, version uint64) error {
+		return update(t, db, func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte(key), []byte(value), version) })
+	}
+	put := func(key, value string) error {
+		return update(t, db, func(b *oncekv.Bucket) error { return b.Put([]byte(key), []byte(value)) })
+	}
+
+	// Version 0 creates, once.
+	require.NoError(t, cas("k", "a", 0))
+	require.Equal(t, register{value: "a", exists: true, version: 1}, readRegister(t, db, "k"))
+	err := cas("k", "b", 0)
+	require.ErrorIs(t, err, oncekv.ErrVersionConflict)
+	var ve *oncekv.VersionError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, oncekv.VersionError{Stored: 1, Presented: 0}, *ve)
+	require.NoError(t, cas("k", "b", 1))
+
+	// A plain Put between the read and the compare-and-set is seen.
+	read := readRegister(t, db, "k")
+	require.NoError(t, put("k", "by Put"))
+	require.ErrorIs(t, cas("k", read.value+"+1", read.version), oncekv.ErrVersionConflict)
+	require.Equal(t, register{value: "by Put", exists: true, version: 3}, readRegister(t, db, "k"))
+
+	// So is a fenced write, which keeps counting in the same version.
+	require.NoError(t, putFenced(db, "k", []byte("fenced"), 7))
+	require.Equal(t, register{value: "fenced", exists: true, fence: 7, version: 4}, readRegister(t, db, "k"))
+	require.NoError(t, cas("k", "c", 4))
+	require.Equal(t, uint64(7), readRegister(t, db, "k").fence, "a compare-and-set keeps the fence")
+
+	// A key that only plain Put ever wrote has no version. Version 0 would
+	// not see a racing Put, so it is refused rather than trusted.
+	require.NoError(t, put("legacy", "x"))
+	require.Equal(t, register{value: "x", exists: true}, readRegister(t, db, "legacy"))
+	require.ErrorIs(t, cas("legacy", "y", 0), oncekv.ErrUnversioned)
+	require.ErrorIs(t, cas("legacy", "y", 1), oncekv.ErrVersionConflict)
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { // bring it under versions
+		if err := b.Delete([]byte("legacy")); err != nil {
+			return err
+		}
+		return b.PutIfVersion([]byte("legacy"), []byte("x"), 0)
+	}))
+	require.Equal(t, register{value: "x", exists: true, version: 1}, readRegister(t, db, "legacy"))
+}
+
+// TestPutIfVersionConcurrentIncrements: read-modify-write with
+// compare-and-set from many goroutines, each reading in a read transaction
+// and writing in a separate write transaction, loses no increment.
+func TestPutIfVersionConcurrentIncrements(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte("n"), uintBytes(0), 0) }))
+	const workers, each = 8, 25
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for done := 0; done < each; {
+				r := readRegister(t, db, "n")
+				err := update(t, db, func(b *oncekv.Bucket) error {
+					return b.PutIfVersion([]byte("n"), uintBytes(readUint([]byte(r.value))+1), r.version)
+				})
+				switch {
+				case err == nil:
+					done++
+				case !errors.Is(err, oncekv.ErrVersionConflict):
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	r := readRegister(t, db, "n")
+	require.Equal(t, uint64(workers*each), readUint([]byte(r.value)), "an increment was lost")
+	require.Equal(t, uint64(workers*each+1), r.version)
+}
+
+func TestNextFence(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	next := func(resource string) uint64 {
+		n, err := db.NextFence(resource)
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, []uint64{1, 2, 3}, []uint64{next("a"), next("a"), next("a")})
+	require.Equal(t, uint64(1), next("b"), "resources are independent")
+	require.Equal(t, uint64(4), next("a"))
+
+	// Concurrent callers never get the same token.
+	const workers, each = 8, 50
+	tokens := make([][]uint64, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for range each {
+				n, err := db.NextFence("c")
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				tokens[i] = append(tokens[i], n)
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	seen := map[uint64]bool{}
+	for _, ts := range tokens {
+		require.IsIncreasing(t, ts, "one caller's tokens grow")
+		for _, n := range ts {
+			require.False(t, seen[n], "token %d issued twice", n)
+			seen[n] = true
+		}
+	}
+	require.Len(t, seen, workers*each)
+	require.Equal(t, uint64(workers*each+1), next("c"))
+}
+
+func TestNextFenceBadInput(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.db")
+	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	_, err = db.NextFence("")
+	require.ErrorIs(t, err, oncekv.ErrResourceRequired)
+	_, err = db.NextFence(strings.Repeat("r", bolt.MaxKeySize))
+	require.ErrorIs(t, err, oncekv.ErrKeyTooLarge)
+	require.LessOrEqual(t, len(err.Error()), 300, "a huge resource must not make a huge message")
+	n, err := db.NextFence(strings.Repeat("r", bolt.MaxKeySize-1))
+	require.NoError(t, err, "a resource at the limit is fine")
+	require.Equal(t, uint64(1), n)
+	require.NoError(t, db.Close())
+	_, err = db.NextFence("a")
+	require.ErrorIs(t, err, oncekv.ErrClosed)
+	oncetest.Check(t, path)
+}
+
+// TestFenceTokensSurviveReopen: fencing and claim tokens continue where
+// they were after the store is closed and opened again.
+func TestFenceTokensSurviveReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "reopen.db")
+	ctx := context.Background()
+	var last, lastClaim uint64
+	for range 3 {
+		db, err := oncekv.Open(path, nil)
+		require.NoError(t, err)
+		for range 3 {
+			n, err := db.NextFence("r")
+			require.NoError(t, err)
+			require.Greater(t, n, last)
+			last = n
+		}
+		c, err := db.Claim(ctx, oncekv.Request{Handler: "h", Key: fmt.Sprint(last)}, time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, c.Token(), lastClaim)
+		lastClaim = c.Token()
+		require.NoError(t, db.Close())
+	}
+	require.Equal(t, uint64(9), last)
+	require.Equal(t, uint64(3), lastClaim)
+	oncetest.Check(t, path)
+}
+
+// tokenChildEnv names the store a child process of
+// TestNextFenceSurvivesSIGKILL issues tokens from.
+const tokenChildEnv = "ONCEKV_TEST_TOKEN_CHILD_DB"
+
+// TestNextFenceSurvivesSIGKILL runs a child process that issues tokens as
+// fast as it can and prints each one once NextFence has returned it. The
+// parent kills it with SIGKILL mid-stream, reopens the store and checks
+// that the next token is greater than every token the child printed: a
+// token handed out is never handed out again, whenever the process dies.
+func TestNextFenceSurvivesSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	path := filepath.Join(t.TempDir(), "killed.db")
+	var before uint64 // the greatest token any earlier run saw
+	for run := range 3 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNextFenceChildProcess$", "-test.v")
+		cmd.Env = append(os.Environ(), tokenChildEnv+"="+path)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+
+		var printed []uint64
+		lines := bufio.NewScanner(stdout)
+		want := 20 + run*37 // kill at a different point each run
+		for len(printed) < want && lines.Scan() {
+			token, ok := strings.CutPrefix(lines.Text(), "token ")
+			if !ok {
+				continue // the test framework's own lines
+			}
+			n, err := strconv.ParseUint(token, 10, 64)
+			require.NoError(t, err)
+			printed = append(printed, n)
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		err = cmd.Wait()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "the child must die of the signal, not finish")
+		require.Len(t, printed, want, "the child stopped early")
+		require.IsIncreasing(t, printed)
+		require.Greater(t, printed[0], before, "run %d reissued a token of an earlier run", run)
+
+		db, err := oncekv.Open(path, nil)
+		require.NoError(t, err)
+		n, err := db.NextFence("killed")
+		require.NoError(t, err)
+		require.NoError(t, db.Close())
+		require.Greater(t, n, printed[len(printed)-1], "run %d: a token was issued again after SIGKILL", run)
+		before = n
+		oncetest.Check(t, path)
+	}
+}
+
+// TestNextFenceChildProcess is the child of TestNextFenceSurvivesSIGKILL;
+// run on its own it does nothing.
+func TestNextFenceChildProcess(t *testing.T) {
+	path := os.Getenv(tokenChildEnv)
+	if path == "" {
+		t.Skip("runs only as the child of TestNextFenceSurvivesSIGKILL")
+	}
+	db, err := oncekv.Open(path, nil) // durable, as a real user's store
+	require.NoError(t, err)
+	deadline := time.Now().Add(time.Minute) // never outlive a parent that died
+	for time.Now().Before(deadline) {
+		n, err := db.NextFence("killed")
+		require.NoError(t, err)
+		fmt.Printf("token %d\n", n) // os.Stdout is unbuffered: the parent sees it at once
+	}
+}
+
+// TestFenceRecordCorrupt: a damaged fence record or token counter is an
+// error naming where it is, on every write that depends on it, never a
+// fence silently read as 0.
+func TestFenceRecordCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.db")
+	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	require.NoError(t, putFenced(db, "k", []byte("v"), 5))
+	_, err = db.NextFence("res")
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		fences := tx.Bucket(bucket.FencesRoot)
+		keys := fences.Bucket(append([]byte("k"), registers...))
+		rec := append([]byte(nil), keys.Get([]byte("k"))...)
+		rec[3] ^= 0x01
+		if err := keys.Put([]byte("k"), rec); err != nil {
+			return err
+		}
+		return fences.Put([]byte("tres"), []byte{1, 2, 3})
+	}))
+	require.NoError(t, b.Close())
+
+	db, err = oncekv.Open(path, &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	for name, write := range map[string]func(b *oncekv.Bucket) error{
+		"PutFenced":    func(b *oncekv.Bucket) error { return b.PutFenced([]byte("k"), []byte("w"), 99) },
+		"PutIfVersion": func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte("k"), []byte("w"), 1) },
+		"Put":          func(b *oncekv.Bucket) error { return b.Put([]byte("k"), []byte("w")) },
+		"Delete":       func(b *oncekv.Bucket) error { return b.Delete([]byte("k")) },
+	} {
+		err := update(t, db, write)
+		require.ErrorIs(t, err, oncekv.ErrCorrupt, name)
+		var re *oncekv.RecordError
+		require.ErrorAs(t, err, &re, name)
+		require.Equal(t, "oncekv.fences/kregisters", re.Bucket)
+		require.Equal(t, "k", re.Key)
+	}
+	require.Equal(t, "v", readRegister(t, db, "k").value)
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.Put([]byte("other"), []byte("ok")) }),
+		"other keys are not affected")
+
+	_, err = db.NextFence("res")
+	require.ErrorIs(t, err, oncekv.ErrCorrupt)
+	require.Contains(t, err.Error(), `"res"`)
+	n, err := db.NextFence("other")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), n)
+}
+
+// BenchmarkPutFencedVsPut: a fenced write against a plain one, timed
+// alternately (see pair). In durable and nosync each call is one write
+// transaction holding one write of a new key, the way a handler writes;
+// tx1000 packs 1000 writes into one transaction, so the commit is shared
+// and what is left is the fence's own CPU cost per write.
+//
+//	go test -run '^$' -bench 'PutFencedVsPut' -benchtime 2000x .
+func BenchmarkPutFencedVsPut(b *testing.B) {
+	for _, mode := range []struct {
+		name   string
+		noSync bool
+		perTx  int
+	}{{"durable", false, 1}, {"nosync", true, 1}, {"tx1000", true, 1000}} {
+		b.Run(mode.name, func(b *testing.B) {
+			db := openBench(b, mode.noSync)
+			writes := func(bucket string, write func(bk *oncekv.Bucket, key []byte, fence uint64) error) func(i uint64) {
+				return func(i uint64) {
+					if err := db.Update(func(tx *oncekv.Tx) error {
+						bk, err := tx.CreateBucketIfNotExists([]byte(bucket))
+						if err != nil {
+							return err
+						}
+						for j := range uint64(mode.perTx) {
+							n := (i-1)*uint64(mode.perTx) + j + 1 // fences grow from call to call
+							if err := write(bk, benchKey(n), n); err != nil {
+								return err
+							}
+						}
+						return nil
+					}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			pair(b, mode.perTx,
+				"put", writes("plain", func(bk *oncekv.Bucket, key []byte, _ uint64) error { return bk.Put(key, benchValue) }),
+				"putfenced", writes("fenced", func(bk *oncekv.Bucket, key []byte, fence uint64) error {
+					return bk.PutFenced(key, benchValue, fence)
+				}))
+		})
+	}
+}
