@@ -42,6 +42,9 @@ type DB struct {
 	windows *window.Set
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock
+	// filterHook, set only by tests, may turn a filter's "no" into "maybe"
+	// (never the reverse) to check that correctness never rests on it.
+	filterHook func(maybe bool) bool
 
 	// expireMu lets one Expire run at a time.
 	expireMu sync.Mutex

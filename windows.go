@@ -109,7 +109,7 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
 	live := db.windows.Windows()
 	for i := len(live) - 1; i >= 0; i-- {
 		w := live[i]
-		if w.Filter != nil && !w.Filter.MayContain(h) {
+		if w.Filter != nil && !db.filterMayContain(w.Filter, h) {
 			db.stats.bloomNegatives.Add(1)
 			continue
 		}
@@ -134,11 +134,21 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
 func (db *DB) mayHaveMark(mkey []byte) bool {
 	h := bloom.Sum64(mkey)
 	for _, w := range db.windows.Windows() {
-		if w.Filter == nil || w.Filter.MayContain(h) {
+		if w.Filter == nil || db.filterMayContain(w.Filter, h) {
 			return true
 		}
 	}
 	return false
+}
+
+// filterMayContain asks f about h, through filterHook when a test has set
+// one to play the adversary.
+func (db *DB) filterMayContain(f *bloom.Filter, h uint64) bool {
+	maybe := f.MayContain(h)
+	if db.filterHook != nil {
+		return db.filterHook(maybe)
+	}
+	return maybe
 }
 
 // placeMark returns the window a new mark goes into at now.
