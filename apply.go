@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"log/slog"
+	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -186,6 +187,10 @@ type op struct {
 	kind     outcome
 	settled  bool
 	panicVal any
+	// checkFrom is the start of the oldest window the write path must look
+	// in; older ones were sealed and found empty of this key by the
+	// snapshot (see findMarkFrom).
+	checkFrom int64
 	// failWith is a permanent error to record as FAILED, without running
 	// the effect, in the next attempt at the group's transaction.
 	failWith error
@@ -206,38 +211,55 @@ func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte,
 		return nil, err
 	}
 	return &op{
-		ctx:    ctx,
-		req:    req,
-		mkey:   bucket.MarkKey(req.Handler, req.Key),
-		hash:   sha256.Sum256(req.Payload),
-		effect: effect,
-		wake:   make(chan bool, 1),
+		ctx:  ctx,
+		req:  req,
+		mkey: bucket.MarkKey(req.Handler, req.Key),
+		hash: sha256.Sum256(req.Payload),
+		// Until a snapshot has looked, every window must be read.
+		checkFrom: math.MinInt64,
+		effect:    effect,
 	}, nil
 }
 
 // answerFromSnapshot answers, from one read transaction, every op whose key
 // already has a final mark (or a live claim). This is the duplicate fast
 // path: no write lock, no fsync. It reports whether all ops were answered.
+//
+// An op left unanswered remembers which windows it has looked in and found
+// sealed, so that its write path need not look there again (findMarkFrom).
 func (db *DB) answerFromSnapshot(ops []*op) bool {
-	if len(ops) == 1 && !db.mayHaveMark(ops[0].mkey) {
+	// Read the window list before the snapshot: every window older than
+	// its newest was sealed by then, so the snapshot holds all its marks.
+	live := db.windows.Windows()
+	sealedBelow := int64(math.MinInt64)
+	if len(live) > 0 {
+		sealedBelow = live[len(live)-1].Start
+	}
+	if len(ops) == 1 && !db.mayHaveMark(live, ops[0].mkey) {
+		ops[0].checkFrom = sealedBelow
 		return false // certainly unseen: no need for a read transaction
 	}
 	all := true
-	err := db.bolt.View(func(btx *bolt.Tx) error {
-		now := db.clock.read()
-		for _, o := range ops {
-			m, err := db.findMark(btx, o.mkey)
-			switch {
-			case err != nil:
-				o.fail(outcomeAborted, err)
-			case m != nil && o.answer(m, now):
-			default:
-				all = false
-				continue
+	err := db.guard(func() error {
+		return db.bolt.View(func(btx *bolt.Tx) error {
+			now := db.clock.read()
+			for _, o := range ops {
+				m, err := db.findMark(btx, o.mkey)
+				switch {
+				case err != nil:
+					o.fail(outcomeAborted, err)
+				case m != nil && o.answer(m, now):
+				default:
+					if m == nil {
+						o.checkFrom = sealedBelow
+					}
+					all = false
+					continue
+				}
+				o.settled = true
 			}
-			o.settled = true
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		for _, o := range ops {

@@ -113,7 +113,10 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 	c := &Claim{db: db, req: Request{Handler: req.Handler, Key: req.Key}, mkey: o.mkey}
 	if !db.answerFromSnapshot([]*op{o}) {
 		err := db.write(func(w *writeTx) error { return c.take(w, o, lease) })
-		if err != nil && err != errAnswered {
+		switch {
+		case err == nil:
+			db.crashAt(crashClaimTaken)
+		case err != errAnswered:
 			o.fail(outcomeAborted, err)
 		}
 	}
@@ -288,9 +291,11 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *T
 		var first int64
 		err := c.updateLocked(ctx, outcomeApplied, nil, func(w *writeTx, m *bucket.FoundMark) error {
 			if effect != nil {
-				if err := effect(w.tx); err != nil {
+				c.db.crashAt(crashBeforeEffect)
+				if err := callUser(func() error { return effect(w.tx) }); err != nil {
 					return &effectError{err}
 				}
+				c.db.crashAt(crashAfterEffect)
 			}
 			mark := m.Mark
 			mark.State, mark.Response, mark.LeaseUntil = bucket.Done, resp, 0

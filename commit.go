@@ -35,6 +35,7 @@ type group struct {
 // settled.
 func (db *DB) submit(o *op) {
 	g := &db.group
+	o.wake = make(chan bool, 1) // only ops that reach the group need one
 	g.mu.Lock()
 	g.queue = append(g.queue, o)
 	if g.leading {
@@ -133,7 +134,11 @@ func (db *DB) commitOps(ops []*op) error {
 		}
 		for _, o := range pending {
 			if !o.settled && err != nil {
-				o.fail(outcomeAborted, fmt.Errorf("oncekv: commit: %w", err))
+				cerr := err
+				if !errors.Is(err, ErrPoisoned) && !errors.Is(err, ErrNoSpace) {
+					cerr = fmt.Errorf("oncekv: commit: %w", err) // those two say so already
+				}
+				o.fail(outcomeAborted, cerr)
 			}
 			o.settled = true
 		}
@@ -155,7 +160,7 @@ func (db *DB) decide(w *writeTx, ops []*op) error {
 		}
 		// Look again under the write lock: a concurrent group, or an earlier
 		// op of this one, may have written the mark since the snapshot.
-		found, err := db.findMark(w.btx, o.mkey)
+		found, err := db.findMarkFrom(w.btx, o.mkey, o.checkFrom)
 		if err != nil {
 			o.fail(outcomeAborted, err)
 			o.settled = true
@@ -175,6 +180,7 @@ func (db *DB) decide(w *writeTx, ops []*op) error {
 			mark.State, mark.Error = bucket.Failed, o.failWith.Error()
 			o.res, o.err, o.kind = Result{}, &FailedError{Message: mark.Error, cause: o.failWith}, outcomeFailedRecorded
 		} else {
+			db.crashAt(crashBeforeEffect)
 			resp, err := runEffect(w.tx, o)
 			if o.panicVal != nil {
 				o.kind, o.settled = outcomeEffectError, true
@@ -192,6 +198,7 @@ func (db *DB) decide(w *writeTx, ops []*op) error {
 				}
 				return errRetry
 			}
+			db.crashAt(crashAfterEffect)
 			mark.State, mark.Response = bucket.Done, resp
 			o.res, o.kind = Result{Response: resp}, outcomeApplied
 		}

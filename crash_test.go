@@ -26,6 +26,10 @@ const crashChildEnv = "ONCEKV_CRASH_CHILD_DB"
 // TestMain lets the test binary double as the crash test's child process.
 func TestMain(m *testing.M) {
 	if path := os.Getenv(crashChildEnv); path != "" {
+		if os.Getenv(workloadChildEnv) != "" {
+			workloadChild(path)
+			return
+		}
 		crashChild(path)
 		return
 	}

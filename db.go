@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +44,13 @@ type DB struct {
 	windows *window.Set
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock
+	// poisoned, guarded by writeMu, is set when a commit failed in a way
+	// that leaves the file's state in doubt; every later write returns it.
+	// See commitFailedLocked.
+	poisoned error
+	// crashHook, set only by the crash tests, is called at each crashPoint
+	// of the write path; the test's child process kills itself there.
+	crashHook func(crashPoint)
 	// filterHook, set only by tests, may turn a filter's "no" into "maybe"
 	// (never the reverse) to check that correctness never rests on it.
 	filterHook func(maybe bool) bool
@@ -77,6 +86,11 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	// bbolt reads the file's pages directly; on a damaged file it can panic
 	// where it expected structure. Users get an error instead.
 	defer recoverCorrupt(path, &err)
+	// A file cut short, or a page number past its end, makes bbolt read its
+	// memory map beyond the file; the kernel answers with SIGBUS or SIGSEGV,
+	// which kills the process unless the faulting goroutine asked for a
+	// panic instead. With it, recoverCorrupt reports ErrCorrupt.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 
 	b, err := bolt.Open(path, o.FileMode, &bolt.Options{
 		Timeout:      o.OpenTimeout,
@@ -139,7 +153,10 @@ func openError(path string, timeout time.Duration, err error) error {
 		return fmt.Errorf("oncekv: open %q: gave up after %v: %w", path, timeout, ErrLocked)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch):
 		return fmt.Errorf("oncekv: open %q: %w (%v)", path, ErrNotOncekv, err)
-	case errors.Is(err, bolterrors.ErrChecksum):
+	case errors.Is(err, bolterrors.ErrChecksum),
+		// bbolt's error for a file shorter than its two meta pages has no
+		// sentinel; it is a store cut short (or a foreign file).
+		strings.HasPrefix(err.Error(), "file size too small"):
 		return fmt.Errorf("oncekv: open %q: %w (%v)", path, ErrCorrupt, err)
 	}
 	return fmt.Errorf("oncekv: open %q: %w", path, err)
@@ -151,6 +168,44 @@ func recoverCorrupt(path string, err *error) {
 	if r := recover(); r != nil {
 		*err = fmt.Errorf("oncekv: %q: %w (bbolt: %v)", path, ErrCorrupt, r)
 	}
+}
+
+// guard runs fn, a bbolt transaction, and turns a panic that bbolt raises
+// on a damaged page (an assertion such as "page expected to be", an index
+// out of range, or a fault reading past the end of the memory map) into
+// ErrCorrupt, so that a damaged file gives its readers an error and not a
+// crash. A panic of the caller's own code inside the transaction is marked
+// by callUser and raised again unchanged. bbolt rolls the transaction back
+// on the way out, so nothing stays locked.
+func (db *DB) guard(fn func() error) (err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if up, ok := r.(userPanic); ok {
+			panic(up.val)
+		}
+		err = fmt.Errorf("oncekv: %q: %w (bbolt: %v)", db.path, ErrCorrupt, r)
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return fn()
+}
+
+// userPanic carries a panic of the caller's code through guard.
+type userPanic struct{ val any }
+
+// callUser runs fn, the caller's code, so that guard re-raises its panic
+// instead of taking it for bbolt's. A bbolt panic inside fn (the caller
+// reading a damaged page of a user bucket) stays a panic too: it happened
+// in the caller's code, which may hold locks of its own.
+func callUser(fn func() error) error {
+	defer func() {
+		if r := recover(); r != nil {
+			panic(userPanic{r})
+		}
+	}()
+	return fn()
 }
 
 func syncDir(dir string) error {
@@ -175,6 +230,14 @@ func (db *DB) Close() error {
 	if !db.life.close() {
 		return nil
 	}
+	// Keep the clock's high-water mark for the next Open (see clock.go). A
+	// store that cannot write any more (poisoned, full disk) still closes.
+	err := db.write(func(w *writeTx) error {
+		return bucket.WriteExpiry(w.btx, bucket.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
+	})
+	if err != nil {
+		db.log.Warn("closing without saving the clock's high-water mark", "path", db.path, "err", err)
+	}
 	return db.bolt.Close()
 }
 
@@ -186,7 +249,9 @@ func (db *DB) Update(fn func(tx *Tx) error) error {
 		return ErrClosed
 	}
 	defer db.life.exit()
-	return db.write(func(w *writeTx) error { return fn(w.tx) })
+	return db.write(func(w *writeTx) error {
+		return callUser(func() error { return fn(w.tx) })
+	})
 }
 
 // View runs fn in a read-only transaction, which sees a consistent snapshot
@@ -196,10 +261,12 @@ func (db *DB) View(fn func(tx *Tx) error) error {
 		return ErrClosed
 	}
 	defer db.life.exit()
-	return db.bolt.View(func(btx *bolt.Tx) error {
-		tx := newTx(btx)
-		defer tx.end()
-		return fn(tx)
+	return db.guard(func() error {
+		return db.bolt.View(func(btx *bolt.Tx) error {
+			tx := newTx(btx)
+			defer tx.end()
+			return callUser(func() error { return fn(tx) })
+		})
 	})
 }
 

@@ -81,6 +81,13 @@
 //     external system should trust.
 //   - One process per file: bbolt locks it, and a second Open fails with
 //     ErrLocked after Options.OpenTimeout.
+//   - An I/O error in a commit (EIO, a failed fsync) poisons the DB: every
+//     later write fails with ErrPoisoned until the DB is closed and
+//     reopened; reads keep working. The failed request was not
+//     acknowledged, and the file holds its effect and mark both or neither.
+//     A full disk is the exception when it stops the commit before anything
+//     of it was visible: ErrNoSpace, nothing changed, and writes resume
+//     once space is freed.
 //   - The idempotency key must be created once, when the intent is formed,
 //     and reused by every retry. A key minted inside the retry loop defeats
 //     every guarantee above, silently.

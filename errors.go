@@ -76,6 +76,28 @@ var (
 	ErrInvalidWindow = window.ErrInvalidConfig
 )
 
+// Errors of a commit that failed in the file system. The request that met
+// one was not acknowledged; whether it is applied is decided by the file,
+// both its effect and its mark or neither.
+var (
+	// ErrPoisoned: a commit failed with an I/O error (EIO, a failed fsync,
+	// or anything else that may have left part of the transaction in the
+	// file), so the store cannot tell what is durable. It refuses every
+	// later write with this error, wrapping the first cause, until the DB
+	// is closed and reopened; reads keep working. Reopen the DB: Open
+	// rebuilds everything from what the file really holds. Retrying an
+	// fsync that failed proves nothing (the kernel may have dropped the
+	// pages), which is why oncekv does not retry.
+	ErrPoisoned = errors.New("oncekv: a commit failed with an I/O error; writes are refused until the database is reopened")
+	// ErrNoSpace: the file system is full (it wraps syscall.ENOSPC). It is
+	// returned when writing a transaction's pages ran out of space before
+	// any of it became visible: nothing changed, the DB stays usable, and
+	// writes succeed again once space is freed. ENOSPC met anywhere else
+	// in a commit (from fsync, say) poisons the DB like any other I/O
+	// error and comes as ErrPoisoned, which wraps syscall.ENOSPC too.
+	ErrNoSpace = errors.New("oncekv: no space left on device")
+)
+
 // RecordError is a system record that failed to decode; it names the bucket
 // and key and matches ErrCorrupt.
 type RecordError = bucket.RecordError

@@ -61,8 +61,11 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		}
 	}
 	if floor > db.windows.Floor() {
+		// The clock's high-water mark goes with the floor (and is saved
+		// again at Close), so a restart on a clock that stepped back
+		// resumes from here.
 		if err := db.step(st, func(btx *bolt.Tx) error {
-			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor})
+			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor, ClockHigh: db.clock.read().UnixNano()})
 		}, func() { db.windows.DropBelow(floor) }); err != nil {
 			return err
 		}
@@ -71,12 +74,14 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	// Delete what lies below the floor, including what an interrupted
 	// earlier call left.
 	var doomed []int64
-	if err := db.bolt.View(func(btx *bolt.Tx) error {
-		return bucket.ForEachWindow(btx, false, func(start int64, _ *bolt.Bucket) error {
-			if start < db.windows.Floor() {
-				doomed = append(doomed, start)
-			}
-			return nil
+	if err := db.guard(func() error {
+		return db.bolt.View(func(btx *bolt.Tx) error {
+			return bucket.ForEachWindow(btx, false, func(start int64, _ *bolt.Bucket) error {
+				if start < db.windows.Floor() {
+					doomed = append(doomed, start)
+				}
+				return nil
+			})
 		})
 	}); err != nil {
 		return err

@@ -8,3 +8,29 @@ package oncekv
 func SetFilterHook(db *DB, hook func(maybe bool) bool) {
 	db.filterHook = func(maybe bool) bool { return maybe || hook(maybe) }
 }
+
+// CrashPoint names a place on the write path for SetCrashHook.
+type CrashPoint = crashPoint
+
+// The crash points; see crashPoint in write.go for where each one is.
+const (
+	CrashClaimTaken   = crashClaimTaken
+	CrashBeforeEffect = crashBeforeEffect
+	CrashAfterEffect  = crashAfterEffect
+	CrashBeforeCommit = crashBeforeCommit
+	CrashAfterCommit  = crashAfterCommit
+)
+
+// CrashPoints lists every crash point by the name the tests use.
+var CrashPoints = map[string]CrashPoint{
+	"claim-taken":   CrashClaimTaken,
+	"before-effect": CrashBeforeEffect,
+	"after-effect":  CrashAfterEffect,
+	"before-commit": CrashBeforeCommit,
+	"after-commit":  CrashAfterCommit,
+}
+
+// SetCrashHook makes db call hook at every crash point of its write path;
+// the crash tests' child process kills itself there. Set it right after
+// Open, before any other call.
+func SetCrashHook(db *DB, hook func(CrashPoint)) { db.crashHook = hook }

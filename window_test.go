@@ -324,3 +324,27 @@ func TestWindowOptionsValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestClockSteppedBackAcrossRestartRevivesNoLease: a lease that had run out
+// stays run out after a restart on a clock that was stepped back, because
+// Close saves the store's latest clock reading and Open resumes from it.
+func TestClockSteppedBackAcrossRestartRevivesNoLease(t *testing.T) {
+	clock := oncetest.NewClock(epoch.Add(10 * time.Hour))
+	opts := windowOpts(clock)
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := oncekv.Open(path, opts)
+	require.NoError(t, err)
+	req := oncekv.Request{Handler: "h", Key: "job"}
+	_, err = db.Claim(context.Background(), req, time.Minute) // the worker then crashes
+	require.NoError(t, err)
+	clock.Advance(30 * time.Minute) // the lease has long run out
+	require.NoError(t, db.Close())
+
+	clock.Set(epoch.Add(10*time.Hour + 15*time.Second)) // stepped back to inside the old lease
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	defer db.Close()
+	res, err := db.Apply(context.Background(), req, nil)
+	require.NoError(t, err, "the expired claim must be taken over, not reported as in progress")
+	require.False(t, res.Duplicate)
+}

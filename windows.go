@@ -2,6 +2,7 @@ package oncekv
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,6 +26,7 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
+	db.clock.atLeast(exp.ClockHigh)
 	var live []*window.Live
 	var buckets []*bolt.Bucket
 	err = bucket.ForEachWindow(tx, false, func(start int64, b *bolt.Bucket) error {
@@ -101,13 +103,24 @@ func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error)
 // transaction (an earlier request of the same group or batch), so for a key
 // written in the current transaction the look-up reads every window.
 func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
+	return db.findMarkFrom(btx, mkey, math.MinInt64)
+}
+
+// findMarkFrom is findMark for a request that has already looked, in an
+// earlier snapshot, in every window starting before from, and found nothing.
+// Those windows were sealed then: a new mark only ever goes into the newest
+// window, so a sealed window never gains a key, and what a snapshot did not
+// find there is not there now. The write path of such a request looks only
+// in the window or two that can still change, so its cost does not grow
+// with the number of live windows.
+func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*bucket.FoundMark, error) {
 	floor := db.windows.Floor()
 	if btx.Writable() && db.current != nil && db.current.wrote(mkey) {
 		return bucket.FindMark(btx, mkey, floor)
 	}
 	h := bloom.Sum64(mkey)
 	live := db.windows.Windows()
-	for i := len(live) - 1; i >= 0; i-- {
+	for i := len(live) - 1; i >= 0 && live[i].Start >= from; i-- {
 		w := live[i]
 		if w.Filter != nil && !db.filterMayContain(w.Filter, h) {
 			db.stats.bloomNegatives.Add(1)
@@ -128,12 +141,12 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
 	return nil, nil
 }
 
-// mayHaveMark reports whether any live window might hold mkey: false means
-// the key was certainly never seen (as of the last commit), and the read
-// transaction of the duplicate fast path can be skipped altogether.
-func (db *DB) mayHaveMark(mkey []byte) bool {
+// mayHaveMark reports whether any of the live windows might hold mkey:
+// false means the key was certainly never seen (as of the last commit), and
+// the read transaction of the duplicate fast path can be skipped altogether.
+func (db *DB) mayHaveMark(live []*window.Live, mkey []byte) bool {
 	h := bloom.Sum64(mkey)
-	for _, w := range db.windows.Windows() {
+	for _, w := range live {
 		if w.Filter == nil || db.filterMayContain(w.Filter, h) {
 			return true
 		}

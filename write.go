@@ -1,7 +1,10 @@
 package oncekv
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -40,17 +43,32 @@ func (db *DB) write(fn func(w *writeTx) error) error {
 	return db.writeLocked(fn)
 }
 
-// writeLocked is write for a caller that holds writeMu.
+// writeLocked is write for a caller that holds writeMu. It is the only way
+// oncekv writes: every write transaction goes through it.
 func (db *DB) writeLocked(fn func(w *writeTx) error) error {
+	if db.poisoned != nil {
+		return db.poisoned
+	}
 	var w *writeTx
-	err := db.bolt.Update(func(btx *bolt.Tx) error {
-		w = &writeTx{db: db, btx: btx, tx: newTx(btx), now: db.clock.read()}
-		db.current = w
-		defer func() {
-			db.current = nil
-			w.tx.end()
-		}()
-		return fn(w)
+	var fnErr error
+	txid := 0 // read inside: a closed bbolt Tx reports ID -1
+	// guard: a damaged page makes bbolt panic; the caller gets ErrCorrupt
+	// (and, as for any commit that did not finish, the DB is poisoned).
+	err := db.guard(func() error {
+		return db.bolt.Update(func(btx *bolt.Tx) error {
+			txid = btx.ID()
+			w = &writeTx{db: db, btx: btx, tx: newTx(btx), now: db.clock.read()}
+			db.current = w
+			defer func() {
+				db.current = nil
+				w.tx.end()
+			}()
+			fnErr = fn(w)
+			if fnErr == nil {
+				db.crashAt(crashBeforeCommit)
+			}
+			return fnErr
+		})
 	})
 	if w != nil {
 		// Refused fenced writes count whether or not the transaction
@@ -58,11 +76,73 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		db.stats.fencedWrites.Add(w.tx.life.Rejected())
 	}
 	if err != nil {
+		if fnErr == nil && w != nil {
+			// fn succeeded, so bbolt's commit itself failed: an I/O error.
+			return db.commitFailedLocked(txid, err)
+		}
 		return err
 	}
 	db.stats.commits.Add(1)
 	db.learnLocked(w.marked)
+	db.crashAt(crashAfterCommit)
 	return nil
+}
+
+// commitFailedLocked decides what a failed bbolt commit of transaction txid
+// leaves behind, and returns the error for the caller.
+//
+// bbolt rolls the transaction back in memory, but that does not undo what
+// already reached the file: if the meta page was written and only its
+// fdatasync failed, the transaction is visible through the mmap to every
+// later reader, and may or may not be durable (after a failed fsync, Linux
+// may have dropped the dirty pages, so a retry of the fsync proves
+// nothing). The in-memory Bloom filters did not learn its keys, so a later
+// write could miss its marks and run an effect twice. The only safe course
+// is to refuse every further write until the file is reopened, which
+// rebuilds all in-memory state from what is really there: the DB is
+// poisoned. Reads keep working.
+//
+// One failure is left recoverable, because it is the common one and
+// provably harmless: ENOSPC from writing the transaction's pages, before
+// its meta page was written (the newest visible transaction is still the
+// one before). Those pages are free pages that nothing refers to, so the
+// store is exactly as before the call and writes resume once space is
+// freed.
+func (db *DB) commitFailedLocked(txid int, err error) error {
+	var pe *fs.PathError
+	pageWrite := errors.As(err, &pe) && pe.Op == "write"
+	if errors.Is(err, syscall.ENOSPC) && pageWrite {
+		visible := true
+		if verr := db.bolt.View(func(btx *bolt.Tx) error {
+			visible = btx.ID() >= txid
+			return nil
+		}); verr == nil && !visible {
+			return fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
+	}
+	db.poisoned = fmt.Errorf("%w: %w", ErrPoisoned, err)
+	db.log.Error("commit failed; refusing writes until the database is reopened", "path", db.path, "err", err)
+	return db.poisoned
+}
+
+// crashPoint names a place on the write path where the crash tests kill
+// the process (see DB.crashHook).
+type crashPoint uint8
+
+const (
+	crashClaimTaken   crashPoint = iota + 1 // Claim's IN_PROGRESS mark committed, before it returns
+	crashBeforeEffect                       // inside the transaction, before an effect runs
+	crashAfterEffect                        // the effect ran, its mark is not written yet
+	crashBeforeCommit                       // everything written, bbolt's commit not begun
+	crashAfterCommit                        // committed, before the caller hears of it
+)
+
+// crashAt calls the crash tests' hook, if any. In production it is one nil
+// check per point.
+func (db *DB) crashAt(p crashPoint) {
+	if db.crashHook != nil {
+		db.crashHook(p)
+	}
 }
 
 // putMark writes the mark of mkey in the given window.

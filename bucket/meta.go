@@ -14,24 +14,33 @@ import (
 // expiryKey holds the expiry record in MetaRoot.
 var expiryKey = []byte("expiry")
 
-// Expiry is the persisted state of window expiry.
+// Expiry is the persisted state of window expiry and of the store's clock.
 type Expiry struct {
 	// Floor: every window starting before it has expired. Windows below
 	// it that are still on disk are being deleted and are ignored.
 	Floor int64
+	// ClockHigh is the latest clock reading the store had made when the
+	// record was written (Unix nanoseconds), so that a clock stepped back
+	// across a restart cannot revive a lease that had expired.
+	ClockHigh int64
 }
+
+const expiryFields = 2
 
 // Marshal encodes the record.
 func (e Expiry) Marshal() []byte {
 	return record.Seal(func(enc *msgpack.Encoder) error {
-		return errors.Join(enc.EncodeArrayLen(1), enc.EncodeInt64(e.Floor))
+		return errors.Join(enc.EncodeArrayLen(expiryFields), enc.EncodeInt64(e.Floor), enc.EncodeInt64(e.ClockHigh))
 	})
 }
 
 // Unmarshal decodes and validates the record.
 func (e *Expiry) Unmarshal(raw []byte) error {
-	return record.Unseal(raw, 1, func(dec *msgpack.Decoder) (err error) {
-		e.Floor, err = dec.DecodeInt64()
+	return record.Unseal(raw, expiryFields, func(dec *msgpack.Decoder) (err error) {
+		if e.Floor, err = dec.DecodeInt64(); err != nil {
+			return err
+		}
+		e.ClockHigh, err = dec.DecodeInt64()
 		return err
 	})
 }
@@ -39,7 +48,7 @@ func (e *Expiry) Unmarshal(raw []byte) error {
 // ReadExpiry returns the expiry record; a store that never expired
 // anything has the zero record with the lowest possible floor.
 func ReadExpiry(tx *bolt.Tx) (Expiry, error) {
-	e := Expiry{Floor: minInt64}
+	e := Expiry{Floor: minInt64, ClockHigh: minInt64}
 	meta := tx.Bucket(MetaRoot)
 	if meta == nil {
 		return e, fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, MetaRoot)

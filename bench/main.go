@@ -1,0 +1,21 @@
+// Command bench measures what deduplication costs: oncekv side by side with
+// the stores a user would pick instead, on one protocol (effect and mark in
+// one transaction; a duplicate gets the stored response; another payload
+// under the same key is rejected). See README.md.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err == nil {
+		err = runSuite(cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
