@@ -1,12 +1,10 @@
 package oncekv_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -79,12 +77,7 @@ func TestAdversaryBloomNoFalseNegativeAfterKill(t *testing.T) {
 		t.Skip("spawns a child process")
 	}
 	path := filepath.Join(t.TempDir(), "bloom.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAdversaryBloomNoFalseNegativeAfterKill$")
-	cmd.Env = append(os.Environ(), bloomChildEnv+"="+path)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	lines := bufio.NewScanner(stdout)
+	cmd, lines := startChild(t, "^TestAdversaryBloomNoFalseNegativeAfterKill$", bloomChildEnv, path)
 	acked := 0
 	for acked < 400 && lines.Scan() {
 		require.True(t, strings.HasPrefix(lines.Text(), "ACK "), "child said %q", lines.Text())

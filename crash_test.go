@@ -1,11 +1,9 @@
 package oncekv_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -74,12 +72,7 @@ func TestSIGKILLLosesNothingAndDuplicatesNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "crash.db")
 	acked := map[string]bool{}
 	for round := range 3 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+path)
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		lines := bufio.NewScanner(stdout)
+		cmd, lines := startChild(t, "^$", crashChildEnv, path)
 		target := 100 + 150*round
 		n := 0
 		for n < target && lines.Scan() {

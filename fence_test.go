@@ -1,7 +1,6 @@
 package oncekv_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -476,15 +475,9 @@ func TestNextFenceSurvivesSIGKILL(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "killed.db")
 	var before uint64 // the greatest token any earlier run saw
 	for run := range 3 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestNextFenceChildProcess$", "-test.v")
-		cmd.Env = append(os.Environ(), tokenChildEnv+"="+path)
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		cmd.Stderr = os.Stderr
-		require.NoError(t, cmd.Start())
+		cmd, lines := startChild(t, "^TestNextFenceChildProcess$", tokenChildEnv, path)
 
 		var printed []uint64
-		lines := bufio.NewScanner(stdout)
 		want := 20 + run*37 // kill at a different point each run
 		for len(printed) < want && lines.Scan() {
 			token, ok := strings.CutPrefix(lines.Text(), "token ")
@@ -496,7 +489,7 @@ func TestNextFenceSurvivesSIGKILL(t *testing.T) {
 			printed = append(printed, n)
 		}
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		err = cmd.Wait()
+		err := cmd.Wait()
 		var exit *exec.ExitError
 		require.ErrorAs(t, err, &exit, "the child must die of the signal, not finish")
 		require.Len(t, printed, want, "the child stopped early")
