@@ -182,3 +182,25 @@ func BenchmarkBackoff(b *testing.B) {
 		})
 	}
 }
+
+// panickySource panics on its first call, like a broken injected source.
+type panickySource struct{ calls int }
+
+func (p *panickySource) Uint64() uint64 {
+	p.calls++
+	if p.calls == 1 {
+		panic("source broke")
+	}
+	return uint64(p.calls) << 40
+}
+
+// The source's panic reaches the caller, and the guard around the source
+// is released on the way out: the next call does not deadlock.
+func TestBackoffSourcePanicReleasesTheGuard(t *testing.T) {
+	r, err := retry.New(&retry.Policy{Rand: &panickySource{}})
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "source broke", func() { r.Backoff(1) })
+	d := r.Backoff(1)
+	require.GreaterOrEqual(t, d, time.Duration(0))
+	require.Less(t, d, time.Second)
+}
