@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -110,15 +111,11 @@ func NewBudget(o *BudgetOptions) (*Budget, error) {
 	if o != nil {
 		c = *o
 	}
-	if c.Window == 0 {
-		c.Window = DefaultBudgetWindow
-	}
-	if c.Ratio == 0 {
-		c.Ratio = DefaultBudgetRatio
-	}
-	if c.MinPerSecond == 0 {
-		c.MinPerSecond = DefaultBudgetMinPerSecond
-	}
+	// cmp.Or keeps a NaN Ratio or MinPerSecond (NaN is not zero), so
+	// validate reports it.
+	c.Window = cmp.Or(c.Window, DefaultBudgetWindow)
+	c.Ratio = cmp.Or(c.Ratio, DefaultBudgetRatio)
+	c.MinPerSecond = cmp.Or(c.MinPerSecond, DefaultBudgetMinPerSecond)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -85,7 +85,7 @@ func TestPermanentContractIsTheMethod(t *testing.T) {
 // retryLater is another package's error carrying a Retry-After.
 type retryLater time.Duration
 
-func (r retryLater) Error() string              { return "busy" }
+func (r retryLater) Error() string             { return "busy" }
 func (r retryLater) RetryAfter() time.Duration { return time.Duration(r) }
 
 func TestAfterCarriesRetryAfterThroughChains(t *testing.T) {

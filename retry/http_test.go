@@ -142,7 +142,7 @@ func TestHTTPStatusHonoursRetryAfter(t *testing.T) {
 		{408, "3", 3 * time.Second, true},
 		{409, "1", time.Second, true},
 		{503, "Sun, 29 Nov 2026 12:00:00 GMT", 0, true}, // past: no floor
-		{503, "soon", 0, false},                          // garbage is ignored
+		{503, "soon", 0, false},                         // garbage is ignored
 		{503, "-5", 0, false},
 		{503, "99999999999999", 0, false}, // overflow is ignored
 	}

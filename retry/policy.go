@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,18 +79,10 @@ func New(p *Policy) (*Retrier, error) {
 	if p != nil {
 		c = *p
 	}
-	if c.Base == 0 {
-		c.Base = DefaultBase
-	}
-	if c.Cap == 0 {
-		c.Cap = DefaultCap
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.MaxRetryAfter == 0 {
-		c.MaxRetryAfter = DefaultMaxRetryAfter
-	}
+	c.Base = cmp.Or(c.Base, DefaultBase)
+	c.Cap = cmp.Or(c.Cap, DefaultCap)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, DefaultMaxRetryAfter)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
