@@ -50,11 +50,15 @@ func TestNewReportsEveryBadFieldAndKeepsTheCallersPolicy(t *testing.T) {
 func TestCeilingDoublesFromBaseUpToCap(t *testing.T) {
 	r, err := retry.New(nil)
 	require.NoError(t, err)
-	want := time.Second
+	want, sum := time.Second, time.Duration(0)
 	for attempt := 1; attempt <= 9; attempt++ {
 		require.Equal(t, want, r.Ceiling(attempt), "attempt %d", attempt)
+		sum += want
 		want *= 2
 	}
+	// The package doc's arithmetic: the nine retries' ceilings add up to
+	// 511s, so a poison message waits about 4 minutes on average in all.
+	require.Equal(t, 511*time.Second, sum)
 	require.Equal(t, 5*time.Minute, r.Ceiling(10), "512s is capped")
 	// Below 1 counts as the first attempt.
 	require.Equal(t, time.Second, r.Ceiling(0))

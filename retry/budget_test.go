@@ -198,13 +198,18 @@ func TestBudgetClockSteppingBack(t *testing.T) {
 func TestBudgetConcurrent(t *testing.T) {
 	clock := newFakeClock()
 	b := newBudget(t, clock, retry.BudgetOptions{})
+	r := newRetrier(t, 1, retry.Policy{Budget: b, MaxAttempts: -1})
 	const goroutines, each = 8, 500
 	var wg sync.WaitGroup
-	for range goroutines {
+	for g := range goroutines {
 		wg.Go(func() {
-			for range each {
+			for i := range each {
 				b.Attempt()
-				b.TryRetry()
+				if (g+i)%2 == 0 {
+					b.TryRetry()
+				} else {
+					r.Decide(context.Background(), i+1, errTransient, clock.Now())
+				}
 				_ = b.Stats()
 			}
 		})
@@ -222,4 +227,25 @@ func TestBudgetStatsSub(t *testing.T) {
 	old := retry.BudgetStats{Deposits: 10, Withdrawals: 2, Refused: 1, Available: 5}
 	now := retry.BudgetStats{Deposits: 25, Withdrawals: 4, Refused: 7, Available: 3}
 	require.Equal(t, retry.BudgetStats{Deposits: 15, Withdrawals: 2, Refused: 6, Available: 3}, now.Sub(old))
+}
+
+// The budget's cost per first attempt and retry, alone and with every
+// core contending for its lock.
+func BenchmarkBudget(b *testing.B) {
+	budget, err := retry.NewBudget(nil)
+	require.NoError(b, err)
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			budget.Attempt()
+			budget.TryRetry()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				budget.Attempt()
+				budget.TryRetry()
+			}
+		})
+	})
 }
