@@ -87,7 +87,8 @@ func (d Decision) DeadLetter() bool {
 // max(Backoff(attempt), min(RetryAfter(cause), MaxRetryAfter)), and the
 // budget, if any, turns the retry into ReasonBudget when it refuses it.
 // Every other error is transient: network errors, timeouts, anything not
-// marked permanent. An attempt below 1 counts as 1.
+// marked permanent. An attempt below 1 counts as 1, and a nil ctx as one
+// that is never done.
 //
 // A retry is paid for when it is decided: make the retry Decide allowed
 // without asking the budget again. A caller whose retries come back later
@@ -98,7 +99,7 @@ func (r *Retrier) Decide(ctx context.Context, attempt int, cause error, now time
 	switch {
 	case cause == nil:
 		return Decision{Reason: ReasonSucceeded, At: now}
-	case ctx.Err() != nil && errors.Is(cause, ctx.Err()):
+	case ctx != nil && ctx.Err() != nil && errors.Is(cause, ctx.Err()):
 		return Decision{Reason: ReasonCanceled, At: now}
 	case IsPermanent(cause):
 		return Decision{Reason: ReasonPermanent, At: now}

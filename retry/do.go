@@ -13,7 +13,8 @@ import (
 //
 // It returns nil on success, the error of New for a bad p (fn is then never
 // called), and otherwise a *GiveUpError wrapping the last attempt's error
-// and saying why it stopped. When ctx is already done, fn is not called.
+// and saying why it stopped. When ctx is already done, fn is not called; a
+// nil ctx is never done.
 func Do(ctx context.Context, p *Policy, fn func(ctx context.Context, attempt int) error) error {
 	r, err := New(p)
 	if err != nil {
@@ -24,6 +25,9 @@ func Do(ctx context.Context, p *Policy, fn func(ctx context.Context, attempt int
 
 // Do is the package-level Do with r's policy.
 func (r *Retrier) Do(ctx context.Context, fn func(ctx context.Context, attempt int) error) error {
+	if ctx == nil {
+		ctx = context.Background() // as Decide reads a nil ctx: never done
+	}
 	if err := ctx.Err(); err != nil {
 		return &GiveUpError{Reason: ReasonCanceled, Err: err, ctxErr: err}
 	}
