@@ -293,7 +293,7 @@ func (o *op) answer(m *bucket.FoundMark, now time.Time) bool {
 		if now.UnixNano() >= m.LeaseUntil {
 			return false
 		}
-		o.fail(outcomeInProgress, ErrInProgress)
+		o.fail(outcomeInProgress, &InProgressError{until: timeFromNano(m.LeaseUntil)})
 	}
 	return true
 }

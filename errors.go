@@ -3,6 +3,7 @@ package oncekv
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/oncekv/oncekv/bucket"
 	"github.com/oncekv/oncekv/fence"
@@ -18,7 +19,8 @@ var (
 	// this with 400 idempotency_error). Nothing changed.
 	ErrKeyReuse = errors.New("oncekv: idempotency key reused with a different payload")
 	// ErrInProgress: a live claim holds the key right now (HTTP 409). Retry
-	// later; oncekv never waits under a lock.
+	// later; oncekv never waits under a lock. It comes as an
+	// *InProgressError, which says when the claim's lease runs out.
 	ErrInProgress = errors.New("oncekv: key is being processed right now")
 	// ErrFenced: a write or a claim operation carried a fence or token that
 	// is not newer than the stored one: the writer is stale (a zombie after
@@ -153,16 +155,80 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// IsPermanent reports whether err was marked with Permanent.
+// IsPermanent reports whether err, or any error in its chain, has a method
+// Permanent() bool that returns true. Permanent's errors have one, and so
+// may any other package's: this is the contract package retry (which cannot
+// import oncekv) shares, so an error either side marks permanent is
+// recognised by the other.
 func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
+	for _, e := range chain(err) {
+		if p, ok := e.(interface{ Permanent() bool }); ok && p.Permanent() {
+			return true
+		}
+	}
+	return false
+}
+
+// chain lists err and every error it wraps, depth first, as errors.Is
+// walks them.
+func chain(err error) []error {
+	var all []error
+	var walk func(error)
+	walk = func(e error) {
+		for e != nil {
+			all = append(all, e)
+			switch u := e.(type) {
+			case interface{ Unwrap() error }:
+				e = u.Unwrap()
+			case interface{ Unwrap() []error }:
+				for _, inner := range u.Unwrap() {
+					walk(inner)
+				}
+				return
+			default:
+				return
+			}
+		}
+	}
+	walk(err)
+	return all
 }
 
 type permanentError struct{ err error }
 
 func (p *permanentError) Error() string { return p.err.Error() }
 func (p *permanentError) Unwrap() error { return p.err }
+
+// Permanent reports true: see IsPermanent.
+func (p *permanentError) Permanent() bool { return true }
+
+// InProgressError is ErrInProgress with the end of the lease of the claim
+// that holds the key, so a consumer can come back then instead of polling
+// (a NAK with a delay, a Retry-After header). errors.Is(err, ErrInProgress)
+// is true of it.
+type InProgressError struct {
+	until time.Time
+}
+
+// Error implements error.
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("%v until %v", ErrInProgress, e.until.UTC().Format(time.RFC3339Nano))
+}
+
+// Unwrap makes errors.Is(err, ErrInProgress) true.
+func (e *InProgressError) Unwrap() error { return ErrInProgress }
+
+// LeaseUntil returns when the holding claim's lease runs out, by the
+// store's clock (DB.Now). Its holder may still Extend it, Complete or Fail
+// before then; a retry at that time finds the key done, or takes it over.
+func (e *InProgressError) LeaseUntil() time.Time { return e.until }
+
+// RetryAfter returns how long after now the lease runs out: the delay
+// before a retry can take the key over, zero if it has run out already.
+// Pass DB.Now() as now, so the delay is by the clock that decides.
+func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
+	return max(e.until.Sub(now), 0)
+}
 
 // FailedError is the recorded permanent failure of a key. The call that
 // failed gets one wrapping the original error (so errors.Is finds it);

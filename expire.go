@@ -166,7 +166,7 @@ func (db *DB) Forget(handler, key string) error {
 			return err
 		}
 		if m.State == bucket.InProgress && w.now.UnixNano() < m.LeaseUntil {
-			return ErrInProgress
+			return &InProgressError{until: timeFromNano(m.LeaseUntil)}
 		}
 		if _, err := bucket.DeleteMark(w.btx, m.Window, o.mkey); err != nil {
 			return err

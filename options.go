@@ -71,6 +71,15 @@ type Options struct {
 	// Default 1000.
 	MaxGroupSize int
 
+	// ReadOnly opens the file for reading only, under a shared lock, so
+	// that several processes (a support tool, a backup) may open it at once
+	// while no writer has it. Every write (Apply or Claim of a key not done
+	// yet, Update, Forget, Expire, NextFence, ReleaseClaim) fails with
+	// ErrReadOnly; duplicates and look-ups are answered as usual. Nothing
+	// runs in the background, and Close writes nothing. The file must
+	// exist and have been opened writable once. Default false.
+	ReadOnly bool
+
 	// Logger receives "duplicate suppressed" at info level and other
 	// events. Default: nothing is logged.
 	Logger *slog.Logger
