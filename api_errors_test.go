@@ -57,7 +57,9 @@ func TestInProgressSaysWhenToComeBack(t *testing.T) {
 // nothing of oncekv: it only has the Permanent() bool method.
 type gatewayRejected struct{ permanent bool }
 
-func (g gatewayRejected) Error() string   { return fmt.Sprintf("gateway said 400 (permanent=%v)", g.permanent) }
+func (g gatewayRejected) Error() string {
+	return fmt.Sprintf("gateway said 400 (permanent=%v)", g.permanent)
+}
 func (g gatewayRejected) Permanent() bool { return g.permanent }
 
 // TestPermanentIsAContract: IsPermanent recognises any error in the chain
