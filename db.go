@@ -55,6 +55,11 @@ type DB struct {
 	// (never the reverse) to check that correctness never rests on it.
 	filterHook func(maybe bool) bool
 
+	// orphansUpTo is the last claim token issued before this Open: a claim
+	// with a token up to it was taken by a process that is gone (see
+	// orphan.go). 0 with Options.KeepOrphanedClaims.
+	orphansUpTo uint64
+
 	// expireMu lets one Expire run at a time.
 	expireMu sync.Mutex
 	expirer  struct {
@@ -114,7 +119,9 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	}
 	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b}
 	db.clock.now = o.Now
-	if err := b.View(db.loadWindows); err != nil {
+	if err := b.View(func(tx *bolt.Tx) error {
+		return errors.Join(db.loadWindows(tx), db.loadOrphanLine(tx))
+	}); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}

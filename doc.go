@@ -75,10 +75,15 @@
 //   - A fence outlives its key: Delete keeps it, so a stale writer cannot
 //     bring the key back, and the store never drops fence records.
 //   - A claim's external effect is as idempotent as the external system
-//     makes it: pass Claim.Token along as its idempotency key or fence.
-//     Within its lease the holder is safe from takeover, but a lease is
-//     time, and a process can pause past it; the token is what the
-//     external system should trust.
+//     makes it. Pass it two values: Claim.Key as its idempotency key (the
+//     same at every retry and takeover, so a call repeated after a crash
+//     is recognised) and Claim.Token as a fence (greater at every
+//     takeover, so a zombie's late call can be refused). Never the token as
+//     the idempotency key: a worker killed between the call and Complete
+//     is taken over with a new token, and the call would run twice. Within
+//     its lease the holder is safe from takeover, but a lease is time, and
+//     a process can pause past it; the token is what the external system
+//     should trust for order.
 //   - One process per file: bbolt locks it, and a second Open fails with
 //     ErrLocked after Options.OpenTimeout.
 //   - An I/O error in a commit (EIO, a failed fsync) poisons the DB: every

@@ -71,6 +71,17 @@ type Options struct {
 	// Default 1000.
 	MaxGroupSize int
 
+	// KeepOrphanedClaims keeps, until their leases run out, the claims found
+	// IN_PROGRESS when the store is opened. Only one process writes the
+	// file, so those belong to a process that is gone, and by default they
+	// are released at once: the next Claim or Apply of the key takes it over
+	// without waiting for the lease. The dead worker may have made its
+	// external call already; the taker calls again with the same Claim.Key,
+	// so an external system that deduplicates on it does the work once. Set
+	// this when the external system cannot deduplicate, to wait the lease
+	// out. Default false.
+	KeepOrphanedClaims bool
+
 	// ReadOnly opens the file for reading only, under a shared lock, so
 	// that several processes (a support tool, a backup) may open it at once
 	// while no writer has it. Every write (Apply or Claim of a key not done
