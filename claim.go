@@ -18,7 +18,22 @@ import (
 // store's transaction: a call to a payment gateway, an e-mail. DB.Claim
 // marks the key IN_PROGRESS under a lease and a fencing token; the holder
 // does the external work and then records the outcome with Complete or
-// Fail. The external system gets two values, each for its own job:
+// Fail:
+//
+//	c, err := db.Claim(ctx, req, 30*time.Second)
+//	if err != nil {
+//		return err // ErrInProgress: another worker holds it; retry later
+//	}
+//	if c.Done() {
+//		return reply(c.Result()) // a duplicate: the stored response
+//	}
+//	receipt, err := gateway.Charge(ctx, order, c.Key(), c.Token())
+//	if err != nil {
+//		return c.Fail(ctx, err) // released at once, unless Permanent(err)
+//	}
+//	res, err := c.Complete(ctx, receipt, nil)
+//
+// The external system gets two values, each for its own job:
 //
 //   - Key, the idempotency key: the same for every claim of the request's
 //     (Handler, Key), across retries, takeovers and restarts. The external
@@ -26,25 +41,11 @@ import (
 //     before Complete is taken over by another, which calls again with the
 //     same Key, and the external system answers with what it did the first
 //     time instead of doing it twice.
-//
 //   - Token, the fencing token: new and greater at every takeover. The
 //     external system may refuse a token lower than one it has seen for the
 //     Key, which cuts off a zombie that wakes up after its lease. A token
 //     never serves as the idempotency key: the retry after a takeover
 //     carries a new one, and would look like a new operation.
-//
-//     c, err := db.Claim(ctx, req, 30*time.Second)
-//     if err != nil {
-//     return err // ErrInProgress: another worker holds it; retry later
-//     }
-//     if c.Done() {
-//     return reply(c.Result()) // a duplicate: the stored response
-//     }
-//     receipt, err := gateway.Charge(ctx, order, c.Key(), c.Token())
-//     if err != nil {
-//     return c.Fail(ctx, err) // released at once, unless Permanent(err)
-//     }
-//     res, err := c.Complete(ctx, receipt, nil)
 //
 // A worker that crashes or stalls past its lease needs no operator: once the
 // lease has run out, the next Claim of the key takes it over with a
