@@ -201,19 +201,14 @@ type op struct {
 }
 
 func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte, error)) (*op, error) {
-	switch {
-	case req.Handler == "":
-		return nil, ErrHandlerRequired
-	case req.Key == "":
-		return nil, ErrKeyRequired
-	}
-	if err := bucket.CheckMarkKey(req.Handler, req.Key); err != nil {
+	mkey, err := markKey(req)
+	if err != nil {
 		return nil, err
 	}
 	return &op{
 		ctx:  ctx,
 		req:  req,
-		mkey: bucket.MarkKey(req.Handler, req.Key),
+		mkey: mkey,
 		hash: sha256.Sum256(req.Payload),
 		// Until a snapshot has looked, every window must be read.
 		checkFrom: math.MinInt64,
