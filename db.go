@@ -55,6 +55,9 @@ type DB struct {
 	// (never the reverse) to check that correctness never rests on it.
 	filterHook func(maybe bool) bool
 
+	// savedClock is the clock's high-water mark as the file held it at
+	// Open (Unix nanoseconds); see closeNeedsSave.
+	savedClock int64
 	// orphansUpTo is the last claim token issued before this Open: a claim
 	// with a token up to it was taken by a process that is gone (see
 	// orphan.go). 0 with Options.KeepOrphanedClaims.
@@ -100,6 +103,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	b, err := bolt.Open(path, o.FileMode, &bolt.Options{
 		Timeout:      o.OpenTimeout,
 		NoSync:       o.NoSync,
+		ReadOnly:     o.ReadOnly, // a shared lock: other readers may open it too
 		FreelistType: bolt.FreelistMapType,
 	})
 	if err != nil {
@@ -113,14 +117,14 @@ func Open(path string, opts *Options) (db *DB, err error) {
 			return nil, fmt.Errorf("oncekv: open %q: sync directory: %w", path, err)
 		}
 	}
-	if err := initFile(b, o.Now().UnixNano()); err != nil {
+	if err := initFile(b, o.Now().UnixNano(), o.ReadOnly); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
 	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b}
 	db.clock.now = o.Now
 	if err := b.View(func(tx *bolt.Tx) error {
-		return errors.Join(db.loadWindows(tx), db.loadOrphanLine(tx))
+		return errors.Join(db.loadWindows(tx), db.loadOrphanLine(tx), db.loadSavedClock(tx))
 	}); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
@@ -129,7 +133,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		db.clock.atLeast(n.Start) // a restart must not turn the clock back either
 	}
 	db.life.init()
-	if o.ExpireInterval > 0 {
+	if o.ExpireInterval > 0 && !o.ReadOnly {
 		ctx, stop := context.WithCancel(context.Background())
 		db.expirer.stop, db.expirer.done = stop, make(chan struct{})
 		go db.expireInBackground(ctx)
@@ -140,13 +144,16 @@ func Open(path string, opts *Options) (db *DB, err error) {
 // initFile checks the file in a read transaction, and only when it is new
 // creates the system buckets in a write transaction, so reopening an
 // existing store costs no fsync.
-func initFile(b *bolt.DB, now int64) error {
+func initFile(b *bolt.DB, now int64, readOnly bool) error {
 	var fresh bool
 	if err := b.View(func(tx *bolt.Tx) (err error) {
 		fresh, err = bucket.Init(tx, now)
 		return err
 	}); err != nil || !fresh {
 		return err
+	}
+	if readOnly {
+		return fmt.Errorf("%w: the file has no oncekv data yet; open it writable once", ErrReadOnly)
 	}
 	return b.Update(func(tx *bolt.Tx) error {
 		_, err := bucket.Init(tx, now)
@@ -237,13 +244,16 @@ func (db *DB) Close() error {
 	if !db.life.close() {
 		return nil
 	}
-	// Keep the clock's high-water mark for the next Open (see clock.go). A
+	// Keep the clock's high-water mark for the next Open (see clock.go),
+	// only when there is something new to keep (see closeNeedsSave). A
 	// store that cannot write any more (poisoned, full disk) still closes.
-	err := db.write(func(w *writeTx) error {
-		return bucket.WriteExpiry(w.btx, bucket.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
-	})
-	if err != nil {
-		db.log.Warn("closing without saving the clock's high-water mark", "path", db.path, "err", err)
+	if db.closeNeedsSave() {
+		err := db.write(func(w *writeTx) error {
+			return bucket.WriteExpiry(w.btx, bucket.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
+		})
+		if err != nil {
+			db.log.Warn("closing without saving the clock's high-water mark", "path", db.path, "err", err)
+		}
 	}
 	return db.bolt.Close()
 }

@@ -68,6 +68,9 @@ var (
 	// ErrLocked: another process (or another DB in this one) holds the file;
 	// Open gave up after Options.OpenTimeout.
 	ErrLocked = errors.New("oncekv: database file is locked by another user")
+	// ErrReadOnly: a write to a DB opened with Options.ReadOnly. Nothing
+	// was changed.
+	ErrReadOnly = errors.New("oncekv: database opened read-only")
 	// ErrNotOncekv: the file is not an oncekv database.
 	ErrNotOncekv = bucket.ErrNotOncekv
 	// ErrCorrupt: the file or one of its records failed validation.

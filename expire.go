@@ -43,6 +43,9 @@ func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
 		return ExpireStats{}, ErrClosed
 	}
 	defer db.life.exit()
+	if db.opts.ReadOnly {
+		return ExpireStats{}, ErrReadOnly
+	}
 	db.expireMu.Lock()
 	defer db.expireMu.Unlock()
 	began := time.Now()
