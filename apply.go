@@ -2,7 +2,6 @@ package oncekv
 
 import (
 	"context"
-	"crypto/sha256"
 	"log/slog"
 	"math"
 	"time"
@@ -26,6 +25,18 @@ type Request struct {
 	// mark, and a later request with the same key and another payload is
 	// rejected with ErrKeyReuse.
 	Payload []byte
+	// Fingerprint, when not empty, is what identifies the operation's
+	// content instead of the Payload's bytes: its hash is stored in place
+	// of the Payload's, and a later request of the key is a duplicate when
+	// its Fingerprint is the same, whatever its Payload, and key reuse
+	// when it differs. Give one when the same content can arrive as other
+	// bytes: a producer that re-encodes JSON with its fields in another
+	// order, or a payload with a timestamp of the send. It is typically a
+	// hash of the fields that matter, or of a canonical encoding. Every
+	// delivery of a key must then carry one: a request without it is
+	// compared by its Payload's hash, which never equals a Fingerprint's.
+	// At most MaxFingerprintSize bytes (ErrInvalidFingerprint).
+	Fingerprint []byte
 }
 
 // Result is the outcome of an applied or deduplicated request.
@@ -205,11 +216,15 @@ func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte,
 	if err != nil {
 		return nil, err
 	}
+	hash, err := fingerprint(req)
+	if err != nil {
+		return nil, err
+	}
 	return &op{
 		ctx:  ctx,
 		req:  req,
 		mkey: mkey,
-		hash: sha256.Sum256(req.Payload),
+		hash: hash,
 		// Until a snapshot has looked, every window must be read.
 		checkFrom: math.MinInt64,
 		effect:    effect,

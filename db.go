@@ -100,6 +100,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	// panic instead. With it, recoverCorrupt reports ErrCorrupt.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 
+	began := time.Now()
 	b, err := bolt.Open(path, o.FileMode, &bolt.Options{
 		Timeout:      o.OpenTimeout,
 		NoSync:       o.NoSync,
@@ -107,7 +108,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		FreelistType: bolt.FreelistMapType,
 	})
 	if err != nil {
-		return nil, openError(path, o.OpenTimeout, err)
+		return nil, openError(path, o.OpenTimeout, time.Since(began), err)
 	}
 	if creating {
 		// A new file's directory entry is durable only once its directory is
@@ -161,10 +162,13 @@ func initFile(b *bolt.DB, now int64, readOnly bool) error {
 	})
 }
 
-func openError(path string, timeout time.Duration, err error) error {
+func openError(path string, timeout, waited time.Duration, err error) error {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
-		return fmt.Errorf("oncekv: open %q: gave up after %v: %w", path, timeout, ErrLocked)
+		// bbolt polls the lock and stops one poll short of the timeout, so
+		// the time really waited is what the message says.
+		return fmt.Errorf("oncekv: open %q: gave up after %v (OpenTimeout %v): %w",
+			path, waited.Round(time.Millisecond), timeout, ErrLocked)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch):
 		return fmt.Errorf("oncekv: open %q: %w (%v)", path, ErrNotOncekv, err)
 	case errors.Is(err, bolterrors.ErrChecksum),

@@ -7,7 +7,6 @@ import (
 
 	"github.com/oncekv/oncekv/bucket"
 	"github.com/oncekv/oncekv/fence"
-	"github.com/oncekv/oncekv/window"
 )
 
 // Errors returned by Apply, ApplyBatch and Claim for a request. They come
@@ -25,7 +24,9 @@ var (
 	// ErrFenced: a write or a claim operation carried a fence or token that
 	// is not newer than the stored one: the writer is stale (a zombie after
 	// a pause) and must give up, not retry. A rejected PutFenced, or a
-	// claim taken over by a newer one, gives a *FenceError with both.
+	// claim taken over by a newer Claim or by Apply, gives a *FenceError
+	// with both. A claim whose mark is gone altogether (forgotten, or its
+	// window expired) gets ErrFenced with that reason.
 	ErrFenced = fence.ErrFenced
 	// ErrFailed: the key's effect failed permanently (see Permanent) and the
 	// failure was recorded; every duplicate gets it back.
@@ -36,6 +37,9 @@ var (
 var (
 	// ErrHandlerRequired: Request.Handler was empty.
 	ErrHandlerRequired = errors.New("oncekv: handler required")
+	// ErrInvalidFingerprint: Request.Fingerprint is longer than
+	// MaxFingerprintSize.
+	ErrInvalidFingerprint = errors.New("oncekv: invalid fingerprint")
 	// ErrKeyRequired: a key was empty.
 	ErrKeyRequired = bucket.ErrKeyRequired
 	// ErrKeyTooLarge: a key, or a request's handler and key together, do not
@@ -66,7 +70,8 @@ var (
 	// ErrClosed: the DB was used after Close.
 	ErrClosed = errors.New("oncekv: database closed")
 	// ErrLocked: another process (or another DB in this one) holds the file;
-	// Open gave up after Options.OpenTimeout.
+	// Open gave up after Options.OpenTimeout (the message says how long it
+	// really waited: bbolt may give up a little before the timeout).
 	ErrLocked = errors.New("oncekv: database file is locked by another user")
 	// ErrReadOnly: a write to a DB opened with Options.ReadOnly. Nothing
 	// was changed.
@@ -77,8 +82,13 @@ var (
 	ErrCorrupt = bucket.ErrCorrupt
 	// ErrFormatVersion: the file was written by a newer format.
 	ErrFormatVersion = bucket.ErrFormatVersion
-	// ErrInvalidWindow: the window options are inconsistent.
-	ErrInvalidWindow = window.ErrInvalidConfig
+	// ErrInvalidWindow is ErrInvalidOptions, under the name it had when
+	// the window fields (Retention, WindowSpan) were reported apart. One
+	// condition, one error: the name stays so code that tests for it
+	// keeps compiling and keeps matching.
+	//
+	// Deprecated: use ErrInvalidOptions.
+	ErrInvalidWindow = ErrInvalidOptions
 )
 
 // Errors of a commit that failed in the file system. The request that met
@@ -269,6 +279,11 @@ var (
 	ErrInvalidFence = fence.ErrInvalidFence
 	// ErrResourceRequired: NextFence was given an empty resource name.
 	ErrResourceRequired = fence.ErrResourceRequired
+	// ErrExhausted: a fence counter, the claim token counter or a key's
+	// version reached 2^64-1 and cannot grow; NextFence, Claim,
+	// PutFenced or PutIfVersion refuse rather than wrap around to a value
+	// issued before.
+	ErrExhausted = fence.ErrExhausted
 )
 
 // FenceError is a fenced write refused with ErrFenced: the key carries

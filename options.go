@@ -158,8 +158,13 @@ func (o *Options) validate() error {
 	if o.MaxGroupSize < 0 {
 		bad("MaxGroupSize", o.MaxGroupSize, "must be positive (zero means the default)")
 	}
-	if err := o.window().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidOptions, err))
+	// The window fields are checked here rather than by window.Validate,
+	// so that the message names the fields the caller set.
+	if o.WindowSpan < 0 {
+		bad("WindowSpan", o.WindowSpan, "must be positive (zero means the default)")
+	}
+	if o.Retention < o.WindowSpan {
+		bad("Retention", o.Retention, fmt.Sprintf("must be at least WindowSpan (%v)", o.WindowSpan))
 	}
 	return errors.Join(errs...)
 }
