@@ -29,7 +29,9 @@
 //   - A duplicate gets the stored response, byte for byte, and Duplicate set.
 //     It is served from a read transaction: no write lock, no fsync.
 //   - The same key with another payload is rejected with ErrKeyReuse; the
-//     store does not change.
+//     store does not change. "Another payload" means other bytes, unless
+//     the request carries a Request.Fingerprint, which is compared instead
+//     (for a producer that re-encodes the same content differently).
 //   - An effect error rolls everything back and records nothing, so a retry
 //     runs again; an error wrapped with Permanent is recorded as FAILED and
 //     replayed to every duplicate.
@@ -96,4 +98,27 @@
 //   - The idempotency key must be created once, when the intent is formed,
 //     and reused by every retry. A key minted inside the retry loop defeats
 //     every guarantee above, silently.
+//
+// # Conventions
+//
+// The API follows three rules, so that a call's shape says what it does:
+//
+//   - A call about a delivery takes the Request, which carries the payload
+//     (or Fingerprint) to check against the key's first one: Apply,
+//     ApplyBatch, Claim. A call about a key's mark takes the handler and the
+//     key, with nothing to check: Forget, Mark, ReleaseClaim.
+//   - A call that handles a delivery, or may run long, takes a context and
+//     applies nothing when it is done before the commit: Apply, ApplyBatch,
+//     Claim and the Claim methods, Expire. A call that is one short
+//     transaction an operator or the program makes (Update, View,
+//     NextFence, Forget, Mark, Claims, ReleaseClaim, Sync, Backup) takes
+//     none, as bbolt's Update and View take none: its only wait is for the
+//     write lock, which a context could not interrupt anyway, and a context
+//     that only skipped the commit would add a way to fail, not a way to
+//     stop waiting.
+//   - Deleting what is not there is not an error: Forget of a key without a
+//     mark, Bucket.Delete of an absent key, Tx.DeleteBucket of an absent
+//     bucket (bbolt returns ErrBucketNotFound there; oncekv does not, so a
+//     retried cleanup converges). Asking about what is not there is:
+//     Mark and ReleaseClaim return ErrNotFound.
 package oncekv

@@ -13,9 +13,10 @@ import (
 // wrapped in a *RequestError that names the handler and key; test them with
 // errors.Is.
 var (
-	// ErrKeyReuse: the key was first used with another payload. The caller
-	// reused an idempotency key for a different operation (Stripe answers
-	// this with 400 idempotency_error). Nothing changed.
+	// ErrKeyReuse: the key was first used with another payload (other
+	// bytes, or another Request.Fingerprint when the requests carry one).
+	// The caller reused an idempotency key for a different operation
+	// (Stripe answers this with 400 idempotency_error). Nothing changed.
 	ErrKeyReuse = errors.New("oncekv: idempotency key reused with a different payload")
 	// ErrInProgress: a live claim holds the key right now (HTTP 409). Retry
 	// later; oncekv never waits under a lock. It comes as an
