@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -56,8 +57,9 @@ type DB struct {
 	filterHook func(maybe bool) bool
 
 	// savedClock is the clock's high-water mark as the file held it at
-	// Open (Unix nanoseconds); see closeNeedsSave.
-	savedClock int64
+	// Open, or as Expire last wrote it (Unix nanoseconds); see
+	// closeNeedsSave.
+	savedClock atomic.Int64
 	// orphansUpTo is the last claim token issued before this Open: a claim
 	// with a token up to it was taken by a process that is gone (see
 	// orphan.go). 0 with Options.KeepOrphanedClaims.

@@ -67,9 +67,14 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		// The clock's high-water mark goes with the floor (and is saved
 		// again at Close), so a restart on a clock that stepped back
 		// resumes from here.
+		var high int64
 		if err := db.step(st, func(btx *bolt.Tx) error {
-			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor, ClockHigh: db.clock.read().UnixNano()})
-		}, func() { db.windows.DropBelow(floor) }); err != nil {
+			high = db.clock.read().UnixNano()
+			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor, ClockHigh: high})
+		}, func() {
+			db.windows.DropBelow(floor)
+			db.savedClock.Store(high)
+		}); err != nil {
 			return err
 		}
 	}
