@@ -308,4 +308,7 @@ var (
 	// ErrUnknownClaim: a method was called on a nil or zero Claim rather
 	// than one that DB.Claim returned.
 	ErrUnknownClaim = errors.New("oncekv: unknown claim: use the one DB.Claim returned")
+	// ErrNotFound: DB.Mark or DB.ReleaseClaim was asked about a key that
+	// has no mark in the live windows: never seen, forgotten, or expired.
+	ErrNotFound = errors.New("oncekv: no mark for the key")
 )

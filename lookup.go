@@ -11,10 +11,6 @@ import (
 	"github.com/oncekv/oncekv/bucket"
 )
 
-// ErrNotFound: DB.Mark or DB.ReleaseClaim was asked about a key that has
-// no mark in the live windows: never seen, forgotten, or expired.
-var ErrNotFound = errors.New("oncekv: no mark for the key")
-
 // MarkState is the state of a key's mark.
 type MarkState uint8
 
@@ -22,11 +18,19 @@ type MarkState uint8
 // table.
 const (
 	// MarkInProgress: a claim holds the key (see DB.Claim).
-	MarkInProgress = MarkState(bucket.InProgress)
+	MarkInProgress MarkState = 1
 	// MarkDone: the effect committed; duplicates get the stored response.
-	MarkDone = MarkState(bucket.Done)
+	MarkDone MarkState = 2
 	// MarkFailed: the effect failed permanently; duplicates get the error.
-	MarkFailed = MarkState(bucket.Failed)
+	MarkFailed MarkState = 3
+)
+
+// The values are the file's own (bucket.State), so a mark's state converts
+// as it is; an index out of range here fails the build if they drift.
+var (
+	_ = [1]struct{}{}[MarkInProgress-MarkState(bucket.InProgress)]
+	_ = [1]struct{}{}[MarkDone-MarkState(bucket.Done)]
+	_ = [1]struct{}{}[MarkFailed-MarkState(bucket.Failed)]
 )
 
 // String returns IN_PROGRESS, DONE or FAILED.
