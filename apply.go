@@ -67,11 +67,14 @@ type Result struct {
 // Permanent, the effect's writes are rolled back but the key is recorded as
 // FAILED, and this call and every duplicate return a *FailedError.
 //
-// Errors: ErrKeyReuse when the key was first used with another payload;
-// ErrInProgress when a live claim holds the key; ctx's error when ctx was
-// done before the commit (nothing applied); ErrClosed after Close; and bad
-// input errors (ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge). Each
-// comes wrapped in a *RequestError naming the handler and key.
+// Errors: ErrKeyReuse when the key was first used with another payload (or
+// Fingerprint); ErrInProgress, as an *InProgressError saying when the lease
+// ends, when a live claim holds the key; ctx's error when ctx was done
+// before the commit (nothing applied); ErrReadOnly for a key not done yet
+// in a read-only store; ErrClosed after Close; and bad input errors
+// (ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge,
+// ErrInvalidFingerprint). Each comes wrapped in a *RequestError naming the
+// handler and key. Classify says what to do about each.
 //
 // Concurrent Apply calls share commits (group commit), so durable throughput
 // is not one fsync per call. The price, as with bbolt's Batch: when another

@@ -104,7 +104,8 @@ const releasedLease = math.MinInt64
 // permanently, it returns the recorded failure, a *FailedError, as Apply
 // does.
 //
-// Errors: ErrInProgress while another claim's lease is live (never waits);
+// Errors: ErrInProgress while another claim's lease is live (never waits;
+// an *InProgressError says until when);
 // ErrKeyReuse when the key was first used with another payload;
 // ErrInvalidLease for a lease that is not positive; ctx's error when ctx is
 // done before the commit; ErrClosed after Close; and the bad input errors of
