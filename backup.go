@@ -3,6 +3,7 @@ package oncekv
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -47,7 +48,16 @@ func (db *DB) Backup(w io.Writer) (int64, error) {
 // same directory, fsynced, then renamed over path, and the directory
 // synced. A crash midway leaves path as it was (and perhaps a stray
 // temporary file), never a partial copy under path's name.
+//
+// A path that is the store's own file is refused with an error matching
+// fs.ErrExist: the rename would put the copy in place of the live file
+// under the running store.
 func (db *DB) BackupFile(path string) (n int64, err error) {
+	if target, serr := os.Stat(path); serr == nil {
+		if self, serr := os.Stat(db.path); serr == nil && os.SameFile(target, self) {
+			return 0, fmt.Errorf("oncekv: backup to %q: it is the store's own file: %w", path, fs.ErrExist)
+		}
+	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -110,6 +111,11 @@ func TestBackupToWriter(t *testing.T) {
 	_, err = db.Backup(failingWriter{boom})
 	require.ErrorIs(t, err, boom)
 	require.PanicsWithValue(t, "writer panic", func() { _, _ = db.Backup(panickingWriter{}) })
+
+	// Never over the store's own file.
+	_, err = db.BackupFile(db.Path())
+	require.ErrorIs(t, err, fs.ErrExist)
+	require.Contains(t, err.Error(), "own file")
 
 	// A failed BackupFile leaves nothing behind.
 	dir := t.TempDir()

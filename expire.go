@@ -156,7 +156,8 @@ func (db *DB) expireInBackground(ctx context.Context) {
 // Forget drops the mark of (handler, key), so the next delivery of the key
 // is applied again: for an operator who knows a failure must be retried, or
 // a key that must be processed afresh. Forgetting a key that has no mark is
-// not an error. A key held by a live claim returns ErrInProgress and stays.
+// not an error. A key held by a live claim returns ErrInProgress (an
+// *InProgressError saying until when) and stays.
 func (db *DB) Forget(handler, key string) error {
 	if !db.life.enter() {
 		return ErrClosed
