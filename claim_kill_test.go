@@ -178,6 +178,18 @@ func TestOrphanedClaimReleasedAtOpen(t *testing.T) {
 	db, err := oncekv.Open(path, &oncekv.Options{ExpireInterval: -1})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
+	// The operator sees it for what it is.
+	info, err := db.Mark(charge.Handler, charge.Key)
+	require.NoError(t, err)
+	require.Equal(t, oncekv.MarkInProgress, info.State)
+	require.True(t, info.Orphaned)
+	require.True(t, info.Released)
+	require.Equal(t, deadToken, info.Token)
+	var listed []oncekv.MarkInfo
+	require.NoError(t, db.Claims(func(m oncekv.MarkInfo) error { listed = append(listed, m); return nil }))
+	require.Len(t, listed, 1)
+	require.True(t, listed[0].Orphaned)
+
 	c, err := db.Claim(ctx, charge, time.Minute)
 	require.NoError(t, err, "released at Open: taken over at once")
 	require.Greater(t, c.Token(), deadToken)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,4 +162,53 @@ func TestClaimKeyIsStableAndUnique(t *testing.T) {
 	require.Equal(t, first, key("ab", "c"), "and for a claim of a done key")
 	var nilClaim *oncekv.Claim
 	require.Empty(t, nilClaim.Key())
+}
+
+// TestMarkWhileWriting: look-ups run beside writers and see each key
+// either without a mark or DONE with its response, never anything between.
+func TestMarkWhileWriting(t *testing.T) {
+	db, _ := openClocked(t)
+	const keys = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, keys*2)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < keys; i += 4 {
+				k := fmt.Sprint("k", i)
+				if _, err := db.Apply(context.Background(), oncekv.Request{Handler: "w", Key: k},
+					func(*oncekv.Tx) ([]byte, error) { return []byte(k), nil }); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range keys {
+				k := fmt.Sprint("k", i)
+				info, err := db.Mark("w", k)
+				switch {
+				case errors.Is(err, oncekv.ErrNotFound):
+				case err != nil:
+					errs <- err
+				case info.State != oncekv.MarkDone || string(info.Response) != k:
+					errs <- fmt.Errorf("key %s: %v %q", k, info.State, info.Response)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for i := range keys {
+		info, err := db.Mark("w", fmt.Sprint("k", i))
+		require.NoError(t, err)
+		require.Equal(t, oncekv.MarkDone, info.State)
+	}
 }
