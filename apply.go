@@ -2,7 +2,6 @@ package oncekv
 
 import (
 	"context"
-	"crypto/sha256"
 	"log/slog"
 	"math"
 	"time"
@@ -26,6 +25,18 @@ type Request struct {
 	// mark, and a later request with the same key and another payload is
 	// rejected with ErrKeyReuse.
 	Payload []byte
+	// Fingerprint, when not empty, is what identifies the operation's
+	// content instead of the Payload's bytes: its hash is stored in place
+	// of the Payload's, and a later request of the key is a duplicate when
+	// its Fingerprint is the same, whatever its Payload, and key reuse
+	// when it differs. Give one when the same content can arrive as other
+	// bytes: a producer that re-encodes JSON with its fields in another
+	// order, or a payload with a timestamp of the send. It is typically a
+	// hash of the fields that matter, or of a canonical encoding. Every
+	// delivery of a key must then carry one: a request without it is
+	// compared by its Payload's hash, which never equals a Fingerprint's.
+	// At most MaxFingerprintSize bytes (ErrInvalidFingerprint).
+	Fingerprint []byte
 }
 
 // Result is the outcome of an applied or deduplicated request.
@@ -56,11 +67,14 @@ type Result struct {
 // Permanent, the effect's writes are rolled back but the key is recorded as
 // FAILED, and this call and every duplicate return a *FailedError.
 //
-// Errors: ErrKeyReuse when the key was first used with another payload;
-// ErrInProgress when a live claim holds the key; ctx's error when ctx was
-// done before the commit (nothing applied); ErrClosed after Close; and bad
-// input errors (ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge). Each
-// comes wrapped in a *RequestError naming the handler and key.
+// Errors: ErrKeyReuse when the key was first used with another payload (or
+// Fingerprint); ErrInProgress, as an *InProgressError saying when the lease
+// ends, when a live claim holds the key; ctx's error when ctx was done
+// before the commit (nothing applied); ErrReadOnly for a key not done yet
+// in a read-only store; ErrClosed after Close; and bad input errors
+// (ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge,
+// ErrInvalidFingerprint). Each comes wrapped in a *RequestError naming the
+// handler and key. Classify says what to do about each.
 //
 // Concurrent Apply calls share commits (group commit), so durable throughput
 // is not one fsync per call. The price, as with bbolt's Batch: when another
@@ -201,20 +215,19 @@ type op struct {
 }
 
 func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte, error)) (*op, error) {
-	switch {
-	case req.Handler == "":
-		return nil, ErrHandlerRequired
-	case req.Key == "":
-		return nil, ErrKeyRequired
+	mkey, err := markKey(req)
+	if err != nil {
+		return nil, err
 	}
-	if err := bucket.CheckMarkKey(req.Handler, req.Key); err != nil {
+	hash, err := fingerprint(req)
+	if err != nil {
 		return nil, err
 	}
 	return &op{
 		ctx:  ctx,
 		req:  req,
-		mkey: bucket.MarkKey(req.Handler, req.Key),
-		hash: sha256.Sum256(req.Payload),
+		mkey: mkey,
+		hash: hash,
 		// Until a snapshot has looked, every window must be read.
 		checkFrom: math.MinInt64,
 		effect:    effect,
@@ -293,7 +306,7 @@ func (o *op) answer(m *bucket.FoundMark, now time.Time) bool {
 		if now.UnixNano() >= m.LeaseUntil {
 			return false
 		}
-		o.fail(outcomeInProgress, ErrInProgress)
+		o.fail(outcomeInProgress, &InProgressError{until: timeFromNano(m.LeaseUntil)})
 	}
 	return true
 }

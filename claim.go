@@ -3,6 +3,8 @@ package oncekv
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -15,8 +17,7 @@ import (
 // Claim is the two-phase form of Apply, for an effect that cannot join the
 // store's transaction: a call to a payment gateway, an e-mail. DB.Claim
 // marks the key IN_PROGRESS under a lease and a fencing token; the holder
-// does the external work, passing Token along as the external system's
-// idempotency key or fence, and then records the outcome with Complete or
+// does the external work and then records the outcome with Complete or
 // Fail:
 //
 //	c, err := db.Claim(ctx, req, 30*time.Second)
@@ -26,11 +27,25 @@ import (
 //	if c.Done() {
 //		return reply(c.Result()) // a duplicate: the stored response
 //	}
-//	receipt, err := gateway.Charge(ctx, order, c.Token())
+//	receipt, err := gateway.Charge(ctx, order, c.Key(), c.Token())
 //	if err != nil {
 //		return c.Fail(ctx, err) // released at once, unless Permanent(err)
 //	}
 //	res, err := c.Complete(ctx, receipt, nil)
+//
+// The external system gets two values, each for its own job:
+//
+//   - Key, the idempotency key: the same for every claim of the request's
+//     (Handler, Key), across retries, takeovers and restarts. The external
+//     system deduplicates on it. A worker killed after the external call and
+//     before Complete is taken over by another, which calls again with the
+//     same Key, and the external system answers with what it did the first
+//     time instead of doing it twice.
+//   - Token, the fencing token: new and greater at every takeover. The
+//     external system may refuse a token lower than one it has seen for the
+//     Key, which cuts off a zombie that wakes up after its lease. A token
+//     never serves as the idempotency key: the retry after a takeover
+//     carries a new one, and would look like a new operation.
 //
 // A worker that crashes or stalls past its lease needs no operator: once the
 // lease has run out, the next Claim of the key takes it over with a
@@ -47,6 +62,7 @@ type Claim struct {
 	db   *DB
 	req  Request // Handler and Key only, for errors and counters
 	mkey []byte
+	key  string // see Key
 
 	mu struct {
 		sync.Mutex
@@ -88,7 +104,8 @@ const releasedLease = math.MinInt64
 // permanently, it returns the recorded failure, a *FailedError, as Apply
 // does.
 //
-// Errors: ErrInProgress while another claim's lease is live (never waits);
+// Errors: ErrInProgress while another claim's lease is live (never waits;
+// an *InProgressError says until when);
 // ErrKeyReuse when the key was first used with another payload;
 // ErrInvalidLease for a lease that is not positive; ctx's error when ctx is
 // done before the commit; ErrClosed after Close; and the bad input errors of
@@ -110,7 +127,7 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 		db.stats.count(req.Handler, outcomeInvalid)
 		return nil, requestError("claim", &req, err)
 	}
-	c := &Claim{db: db, req: Request{Handler: req.Handler, Key: req.Key}, mkey: o.mkey}
+	c := &Claim{db: db, req: Request{Handler: req.Handler, Key: req.Key}, mkey: o.mkey, key: claimKey(o.mkey)}
 	if !db.answerFromSnapshot([]*op{o}) {
 		err := db.write(func(w *writeTx) error { return c.take(w, o, lease) })
 		switch {
@@ -189,11 +206,35 @@ func leaseEnd(now time.Time, lease time.Duration) int64 {
 	return n + int64(lease)
 }
 
+// Key returns the idempotency key to hand the external system with the
+// call: 64 lowercase hex digits, the SHA-256 of the request's Handler and
+// Key (length-prefixed, so no two pairs share one). It is the same for
+// every claim of (Handler, Key): in every worker and process, before and
+// after a takeover, across restarts, and for a claim whose key was already
+// done; and it differs between pairs. The external system deduplicates on
+// it, so a call repeated after a worker died between the call and Complete
+// does nothing twice. Its fixed length and alphabet fit what gateways
+// accept as an idempotency key (Stripe takes up to 255 characters).
+func (c *Claim) Key() string {
+	if c == nil {
+		return ""
+	}
+	return c.key
+}
+
+// claimKey is Claim.Key of the mark key mkey.
+func claimKey(mkey []byte) string {
+	sum := sha256.Sum256(mkey)
+	return hex.EncodeToString(sum[:])
+}
+
 // Token returns the claim's fencing token: unique in the store, and
 // strictly greater than the token of any claim of the key before it. Hand
-// it to the external system as its idempotency key, or as a fence it checks
-// (Bucket.PutFenced takes it too). It is 0 for a claim whose key was
-// already done.
+// it to the external system as a fence it checks for the claim's Key (or
+// to Bucket.PutFenced): it refuses a zombie's late call. Never use it as
+// the idempotency key: a takeover mints a new one, so the far side would
+// take the retry for a new operation (use Key). It is 0 for a claim whose
+// key was already done.
 func (c *Claim) Token() uint64 {
 	if c == nil {
 		return 0

@@ -196,7 +196,10 @@ func TestApplyTakesOverAnExpiredClaim(t *testing.T) {
 
 	_, err = crashed.Complete(ctx, []byte("by the crashed worker"), mustNotRun(t))
 	require.ErrorIs(t, err, oncekv.ErrFenced)
-	require.Contains(t, err.Error(), "DONE")
+	var fe *oncekv.FenceError
+	require.ErrorAs(t, err, &fe, "a takeover by Apply fences like one by Claim")
+	require.Equal(t, crashed.Token(), fe.Presented)
+	require.Greater(t, fe.Stored, fe.Presented)
 	dup, err := db.Apply(ctx, welcome, nil)
 	require.NoError(t, err)
 	require.Equal(t, "by Apply", string(dup.Response))
@@ -418,12 +421,20 @@ func TestClaimAfterClose(t *testing.T) {
 	require.ErrorIs(t, c.Fail(ctx, nil), oncekv.ErrClosed)
 	require.Positive(t, c.Token(), "the accessors still answer")
 
-	// The claim's mark survived, IN_PROGRESS: reopened, the key is held until the lease runs out.
+	// The claim's mark survived, IN_PROGRESS. Reopened with
+	// KeepOrphanedClaims, the key is held until the lease runs out; by
+	// default the claim belongs to no live process and is released.
+	db, err = oncekv.Open(path, &oncekv.Options{NoSync: true, KeepOrphanedClaims: true})
+	require.NoError(t, err)
+	_, err = db.Claim(ctx, welcome, lease)
+	require.ErrorIs(t, err, oncekv.ErrInProgress)
+	require.NoError(t, db.Close())
 	db, err = oncekv.Open(path, &oncekv.Options{NoSync: true})
 	require.NoError(t, err)
 	defer db.Close()
-	_, err = db.Claim(ctx, welcome, lease)
-	require.ErrorIs(t, err, oncekv.ErrInProgress)
+	taker, err := db.Claim(ctx, welcome, lease)
+	require.NoError(t, err)
+	require.Greater(t, taker.Token(), c.Token())
 }
 
 // BenchmarkClaimCompleteVsApply, durable: the two-phase Claim then

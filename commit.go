@@ -173,8 +173,12 @@ func (db *DB) decide(w *writeTx, ops []*op) error {
 		window := db.placeMark(now)
 		if found != nil {
 			// Taking over an expired claim: the mark stays where it was
-			// first seen.
+			// first seen, and takes a token greater than the claim's, so
+			// the holder's late Complete gets a *FenceError with both.
 			mark.FirstSeen, window = found.FirstSeen, found.Window
+			if mark.Token, err = bucket.NextClaimToken(w.btx); err != nil {
+				return err
+			}
 		}
 		if o.failWith != nil {
 			mark.State, mark.Error = bucket.Failed, o.failWith.Error()

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -55,6 +56,15 @@ type DB struct {
 	// (never the reverse) to check that correctness never rests on it.
 	filterHook func(maybe bool) bool
 
+	// savedClock is the clock's high-water mark as the file held it at
+	// Open, or as Expire last wrote it (Unix nanoseconds); see
+	// closeNeedsSave.
+	savedClock atomic.Int64
+	// orphansUpTo is the last claim token issued before this Open: a claim
+	// with a token up to it was taken by a process that is gone (see
+	// orphan.go). 0 with Options.KeepOrphanedClaims.
+	orphansUpTo uint64
+
 	// expireMu lets one Expire run at a time.
 	expireMu sync.Mutex
 	expirer  struct {
@@ -92,13 +102,15 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	// panic instead. With it, recoverCorrupt reports ErrCorrupt.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 
+	began := time.Now()
 	b, err := bolt.Open(path, o.FileMode, &bolt.Options{
 		Timeout:      o.OpenTimeout,
 		NoSync:       o.NoSync,
+		ReadOnly:     o.ReadOnly, // a shared lock: other readers may open it too
 		FreelistType: bolt.FreelistMapType,
 	})
 	if err != nil {
-		return nil, openError(path, o.OpenTimeout, err)
+		return nil, openError(path, o.OpenTimeout, time.Since(began), err)
 	}
 	if creating {
 		// A new file's directory entry is durable only once its directory is
@@ -108,13 +120,15 @@ func Open(path string, opts *Options) (db *DB, err error) {
 			return nil, fmt.Errorf("oncekv: open %q: sync directory: %w", path, err)
 		}
 	}
-	if err := initFile(b, o.Now().UnixNano()); err != nil {
+	if err := initFile(b, o.Now().UnixNano(), o.ReadOnly); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
 	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b}
 	db.clock.now = o.Now
-	if err := b.View(db.loadWindows); err != nil {
+	if err := b.View(func(tx *bolt.Tx) error {
+		return errors.Join(db.loadWindows(tx), db.loadOrphanLine(tx), db.loadSavedClock(tx))
+	}); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
@@ -122,7 +136,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		db.clock.atLeast(n.Start) // a restart must not turn the clock back either
 	}
 	db.life.init()
-	if o.ExpireInterval > 0 {
+	if o.ExpireInterval > 0 && !o.ReadOnly {
 		ctx, stop := context.WithCancel(context.Background())
 		db.expirer.stop, db.expirer.done = stop, make(chan struct{})
 		go db.expireInBackground(ctx)
@@ -133,7 +147,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 // initFile checks the file in a read transaction, and only when it is new
 // creates the system buckets in a write transaction, so reopening an
 // existing store costs no fsync.
-func initFile(b *bolt.DB, now int64) error {
+func initFile(b *bolt.DB, now int64, readOnly bool) error {
 	var fresh bool
 	if err := b.View(func(tx *bolt.Tx) (err error) {
 		fresh, err = bucket.Init(tx, now)
@@ -141,16 +155,22 @@ func initFile(b *bolt.DB, now int64) error {
 	}); err != nil || !fresh {
 		return err
 	}
+	if readOnly {
+		return fmt.Errorf("%w: the file has no oncekv data yet; open it writable once", ErrReadOnly)
+	}
 	return b.Update(func(tx *bolt.Tx) error {
 		_, err := bucket.Init(tx, now)
 		return err
 	})
 }
 
-func openError(path string, timeout time.Duration, err error) error {
+func openError(path string, timeout, waited time.Duration, err error) error {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
-		return fmt.Errorf("oncekv: open %q: gave up after %v: %w", path, timeout, ErrLocked)
+		// bbolt polls the lock and stops one poll short of the timeout, so
+		// the time really waited is what the message says.
+		return fmt.Errorf("oncekv: open %q: gave up after %v (OpenTimeout %v): %w",
+			path, waited.Round(time.Millisecond), timeout, ErrLocked)
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrVersionMismatch):
 		return fmt.Errorf("oncekv: open %q: %w (%v)", path, ErrNotOncekv, err)
 	case errors.Is(err, bolterrors.ErrChecksum),
@@ -230,13 +250,16 @@ func (db *DB) Close() error {
 	if !db.life.close() {
 		return nil
 	}
-	// Keep the clock's high-water mark for the next Open (see clock.go). A
+	// Keep the clock's high-water mark for the next Open (see clock.go),
+	// only when there is something new to keep (see closeNeedsSave). A
 	// store that cannot write any more (poisoned, full disk) still closes.
-	err := db.write(func(w *writeTx) error {
-		return bucket.WriteExpiry(w.btx, bucket.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
-	})
-	if err != nil {
-		db.log.Warn("closing without saving the clock's high-water mark", "path", db.path, "err", err)
+	if db.closeNeedsSave() {
+		err := db.write(func(w *writeTx) error {
+			return bucket.WriteExpiry(w.btx, bucket.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
+		})
+		if err != nil {
+			db.log.Warn("closing without saving the clock's high-water mark", "path", db.path, "err", err)
+		}
 	}
 	return db.bolt.Close()
 }

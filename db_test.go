@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +27,11 @@ func TestOpenOptionsValidation(t *testing.T) {
 	})
 	require.ErrorIs(t, err, oncekv.ErrInvalidOptions)
 	require.ErrorIs(t, err, oncekv.ErrInvalidWindow)
-	for _, field := range []string{"OpenTimeout", "FileMode", "MaxGroupSize", "retention"} {
+	for _, field := range []string{"OpenTimeout", "FileMode", "MaxGroupSize", "Retention"} {
 		require.Contains(t, err.Error(), field, "every bad field is reported at once")
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		require.Equal(t, 1, strings.Count(line, "oncekv: "), "the prefix once per problem: %q", line)
 	}
 	require.NoFileExists(t, path, "invalid options must not create the file")
 
@@ -49,9 +53,18 @@ func TestOpenSecondTimeFailsAfterTimeoutNamingPath(t *testing.T) {
 
 	start := time.Now()
 	_, err = oncekv.Open(path, &oncekv.Options{OpenTimeout: 200 * time.Millisecond})
+	elapsed := time.Since(start)
 	require.ErrorIs(t, err, oncekv.ErrLocked)
 	require.Contains(t, err.Error(), path)
-	require.Less(t, time.Since(start), 10*time.Second)
+	require.Less(t, elapsed, 10*time.Second)
+	// The message says how long Open really waited, which bbolt may cut a
+	// poll short of the timeout, and names the timeout apart.
+	require.Contains(t, err.Error(), "(OpenTimeout 200ms)")
+	_, rest, ok := strings.Cut(err.Error(), "gave up after ")
+	require.True(t, ok, err.Error())
+	waited, perr := time.ParseDuration(strings.Fields(rest)[0])
+	require.NoError(t, perr)
+	require.LessOrEqual(t, waited, elapsed.Round(time.Millisecond)+time.Millisecond)
 
 	// The default is finite too.
 	_, err = oncekv.Open(path, nil)

@@ -29,7 +29,9 @@
 //   - A duplicate gets the stored response, byte for byte, and Duplicate set.
 //     It is served from a read transaction: no write lock, no fsync.
 //   - The same key with another payload is rejected with ErrKeyReuse; the
-//     store does not change.
+//     store does not change. "Another payload" means other bytes, unless
+//     the request carries a Request.Fingerprint, which is compared instead
+//     (for a producer that re-encodes the same content differently).
 //   - An effect error rolls everything back and records nothing, so a retry
 //     runs again; an error wrapped with Permanent is recorded as FAILED and
 //     replayed to every duplicate.
@@ -75,10 +77,15 @@
 //   - A fence outlives its key: Delete keeps it, so a stale writer cannot
 //     bring the key back, and the store never drops fence records.
 //   - A claim's external effect is as idempotent as the external system
-//     makes it: pass Claim.Token along as its idempotency key or fence.
-//     Within its lease the holder is safe from takeover, but a lease is
-//     time, and a process can pause past it; the token is what the
-//     external system should trust.
+//     makes it. Pass it two values: Claim.Key as its idempotency key (the
+//     same at every retry and takeover, so a call repeated after a crash
+//     is recognised) and Claim.Token as a fence (greater at every
+//     takeover, so a zombie's late call can be refused). Never the token as
+//     the idempotency key: a worker killed between the call and Complete
+//     is taken over with a new token, and the call would run twice. Within
+//     its lease the holder is safe from takeover, but a lease is time, and
+//     a process can pause past it; the token is what the external system
+//     should trust for order.
 //   - One process per file: bbolt locks it, and a second Open fails with
 //     ErrLocked after Options.OpenTimeout.
 //   - An I/O error in a commit (EIO, a failed fsync) poisons the DB: every
@@ -91,4 +98,27 @@
 //   - The idempotency key must be created once, when the intent is formed,
 //     and reused by every retry. A key minted inside the retry loop defeats
 //     every guarantee above, silently.
+//
+// # Conventions
+//
+// The API follows three rules, so that a call's shape says what it does:
+//
+//   - A call about a delivery takes the Request, which carries the payload
+//     (or Fingerprint) to check against the key's first one: Apply,
+//     ApplyBatch, Claim. A call about a key's mark takes the handler and the
+//     key, with nothing to check: Forget, Mark, ReleaseClaim.
+//   - A call that handles a delivery, or may run long, takes a context and
+//     applies nothing when it is done before the commit: Apply, ApplyBatch,
+//     Claim and the Claim methods, Expire. A call that is one short
+//     transaction an operator or the program makes (Update, View,
+//     NextFence, Forget, Mark, Claims, ReleaseClaim, Sync, Backup) takes
+//     none, as bbolt's Update and View take none: its only wait is for the
+//     write lock, which a context could not interrupt anyway, and a context
+//     that only skipped the commit would add a way to fail, not a way to
+//     stop waiting.
+//   - Deleting what is not there is not an error: Forget of a key without a
+//     mark, Bucket.Delete of an absent key, Tx.DeleteBucket of an absent
+//     bucket (bbolt returns ErrBucketNotFound there; oncekv does not, so a
+//     retried cleanup converges). Asking about what is not there is:
+//     Mark and ReleaseClaim return ErrNotFound.
 package oncekv

@@ -3,27 +3,31 @@ package oncekv
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/oncekv/oncekv/bucket"
 	"github.com/oncekv/oncekv/fence"
-	"github.com/oncekv/oncekv/window"
 )
 
 // Errors returned by Apply, ApplyBatch and Claim for a request. They come
 // wrapped in a *RequestError that names the handler and key; test them with
 // errors.Is.
 var (
-	// ErrKeyReuse: the key was first used with another payload. The caller
-	// reused an idempotency key for a different operation (Stripe answers
-	// this with 400 idempotency_error). Nothing changed.
+	// ErrKeyReuse: the key was first used with another payload (other
+	// bytes, or another Request.Fingerprint when the requests carry one).
+	// The caller reused an idempotency key for a different operation
+	// (Stripe answers this with 400 idempotency_error). Nothing changed.
 	ErrKeyReuse = errors.New("oncekv: idempotency key reused with a different payload")
 	// ErrInProgress: a live claim holds the key right now (HTTP 409). Retry
-	// later; oncekv never waits under a lock.
+	// later; oncekv never waits under a lock. It comes as an
+	// *InProgressError, which says when the claim's lease runs out.
 	ErrInProgress = errors.New("oncekv: key is being processed right now")
 	// ErrFenced: a write or a claim operation carried a fence or token that
 	// is not newer than the stored one: the writer is stale (a zombie after
 	// a pause) and must give up, not retry. A rejected PutFenced, or a
-	// claim taken over by a newer one, gives a *FenceError with both.
+	// claim taken over by a newer Claim or by Apply, gives a *FenceError
+	// with both. A claim whose mark is gone altogether (forgotten, or its
+	// window expired) gets ErrFenced with that reason.
 	ErrFenced = fence.ErrFenced
 	// ErrFailed: the key's effect failed permanently (see Permanent) and the
 	// failure was recorded; every duplicate gets it back.
@@ -34,6 +38,9 @@ var (
 var (
 	// ErrHandlerRequired: Request.Handler was empty.
 	ErrHandlerRequired = errors.New("oncekv: handler required")
+	// ErrInvalidFingerprint: Request.Fingerprint is longer than
+	// MaxFingerprintSize.
+	ErrInvalidFingerprint = errors.New("oncekv: invalid fingerprint")
 	// ErrKeyRequired: a key was empty.
 	ErrKeyRequired = bucket.ErrKeyRequired
 	// ErrKeyTooLarge: a key, or a request's handler and key together, do not
@@ -64,16 +71,25 @@ var (
 	// ErrClosed: the DB was used after Close.
 	ErrClosed = errors.New("oncekv: database closed")
 	// ErrLocked: another process (or another DB in this one) holds the file;
-	// Open gave up after Options.OpenTimeout.
+	// Open gave up after Options.OpenTimeout (the message says how long it
+	// really waited: bbolt may give up a little before the timeout).
 	ErrLocked = errors.New("oncekv: database file is locked by another user")
+	// ErrReadOnly: a write to a DB opened with Options.ReadOnly. Nothing
+	// was changed.
+	ErrReadOnly = errors.New("oncekv: database opened read-only")
 	// ErrNotOncekv: the file is not an oncekv database.
 	ErrNotOncekv = bucket.ErrNotOncekv
 	// ErrCorrupt: the file or one of its records failed validation.
 	ErrCorrupt = bucket.ErrCorrupt
 	// ErrFormatVersion: the file was written by a newer format.
 	ErrFormatVersion = bucket.ErrFormatVersion
-	// ErrInvalidWindow: the window options are inconsistent.
-	ErrInvalidWindow = window.ErrInvalidConfig
+	// ErrInvalidWindow is ErrInvalidOptions, under the name it had when
+	// the window fields (Retention, WindowSpan) were reported apart. One
+	// condition, one error: the name stays so code that tests for it
+	// keeps compiling and keeps matching.
+	//
+	// Deprecated: use ErrInvalidOptions.
+	ErrInvalidWindow = ErrInvalidOptions
 )
 
 // Errors of a commit that failed in the file system. The request that met
@@ -153,16 +169,80 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// IsPermanent reports whether err was marked with Permanent.
+// IsPermanent reports whether err, or any error in its chain, has a method
+// Permanent() bool that returns true. Permanent's errors have one, and so
+// may any other package's: this is the contract package retry (which cannot
+// import oncekv) shares, so an error either side marks permanent is
+// recognised by the other.
 func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
+	for _, e := range chain(err) {
+		if p, ok := e.(interface{ Permanent() bool }); ok && p.Permanent() {
+			return true
+		}
+	}
+	return false
+}
+
+// chain lists err and every error it wraps, depth first, as errors.Is
+// walks them.
+func chain(err error) []error {
+	var all []error
+	var walk func(error)
+	walk = func(e error) {
+		for e != nil {
+			all = append(all, e)
+			switch u := e.(type) {
+			case interface{ Unwrap() error }:
+				e = u.Unwrap()
+			case interface{ Unwrap() []error }:
+				for _, inner := range u.Unwrap() {
+					walk(inner)
+				}
+				return
+			default:
+				return
+			}
+		}
+	}
+	walk(err)
+	return all
 }
 
 type permanentError struct{ err error }
 
 func (p *permanentError) Error() string { return p.err.Error() }
 func (p *permanentError) Unwrap() error { return p.err }
+
+// Permanent reports true: see IsPermanent.
+func (p *permanentError) Permanent() bool { return true }
+
+// InProgressError is ErrInProgress with the end of the lease of the claim
+// that holds the key, so a consumer can come back then instead of polling
+// (a NAK with a delay, a Retry-After header). errors.Is(err, ErrInProgress)
+// is true of it.
+type InProgressError struct {
+	until time.Time
+}
+
+// Error implements error.
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("%v until %v", ErrInProgress, e.until.UTC().Format(time.RFC3339Nano))
+}
+
+// Unwrap makes errors.Is(err, ErrInProgress) true.
+func (e *InProgressError) Unwrap() error { return ErrInProgress }
+
+// LeaseUntil returns when the holding claim's lease runs out, by the
+// store's clock (DB.Now). Its holder may still Extend it, Complete or Fail
+// before then; a retry at that time finds the key done, or takes it over.
+func (e *InProgressError) LeaseUntil() time.Time { return e.until }
+
+// RetryAfter returns how long after now the lease runs out: the delay
+// before a retry can take the key over, zero if it has run out already.
+// Pass DB.Now() as now, so the delay is by the clock that decides.
+func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
+	return max(e.until.Sub(now), 0)
+}
 
 // FailedError is the recorded permanent failure of a key. The call that
 // failed gets one wrapping the original error (so errors.Is finds it);
@@ -200,6 +280,11 @@ var (
 	ErrInvalidFence = fence.ErrInvalidFence
 	// ErrResourceRequired: NextFence was given an empty resource name.
 	ErrResourceRequired = fence.ErrResourceRequired
+	// ErrExhausted: a fence counter, the claim token counter or a key's
+	// version reached 2^64-1 and cannot grow; NextFence, Claim,
+	// PutFenced or PutIfVersion refuse rather than wrap around to a value
+	// issued before.
+	ErrExhausted = fence.ErrExhausted
 )
 
 // FenceError is a fenced write refused with ErrFenced: the key carries
@@ -223,4 +308,7 @@ var (
 	// ErrUnknownClaim: a method was called on a nil or zero Claim rather
 	// than one that DB.Claim returned.
 	ErrUnknownClaim = errors.New("oncekv: unknown claim: use the one DB.Claim returned")
+	// ErrNotFound: DB.Mark or DB.ReleaseClaim was asked about a key that
+	// has no mark in the live windows: never seen, forgotten, or expired.
+	ErrNotFound = errors.New("oncekv: no mark for the key")
 )

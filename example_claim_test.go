@@ -30,8 +30,11 @@ func openExample(opts *oncekv.Options) (*oncekv.DB, func()) {
 }
 
 // An e-mail cannot join the store's transaction, so it is sent under a
-// claim. The first worker stalls past its lease; the second takes the key
-// over and sends the e-mail; the first one's late Complete is refused.
+// claim. The mail service gets the claim's Key, on which it deduplicates,
+// and its Token, on which it fences. Worker A sends and stalls past its
+// lease before Complete; worker B takes the key over and sends again with
+// the same Key, which the mail service recognises; A's late Complete is
+// refused. One e-mail goes out.
 func ExampleDB_Claim() {
 	clock := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	db, cleanup := openExample(&oncekv.Options{Now: func() time.Time { return clock }})
@@ -39,29 +42,46 @@ func ExampleDB_Claim() {
 	ctx := context.Background()
 	req := oncekv.Request{Handler: "email", Key: "welcome-42", Payload: []byte("to=ann@example.com")}
 
-	// send stands for the mail service, which takes the token as its own
-	// idempotency key.
-	send := func(token uint64) []byte { return fmt.Appendf(nil, "sent with key %d", token) }
+	// send stands for the mail service: it keeps one receipt per
+	// idempotency key and refuses a token older than the newest it saw.
+	receipts, newest, sent := map[string]string{}, map[string]uint64{}, 0
+	send := func(key string, token uint64) ([]byte, error) {
+		if token < newest[key] {
+			return nil, fmt.Errorf("token %d is stale", token)
+		}
+		newest[key] = token
+		if _, ok := receipts[key]; !ok {
+			sent++
+			receipts[key] = fmt.Sprintf("mail #%d", sent)
+		}
+		return []byte(receipts[key]), nil
+	}
 
 	a, err := db.Claim(ctx, req, 30*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("worker A holds the key with token", a.Token())
+	if _, err := send(a.Key(), a.Token()); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("worker A sends with token", a.Token(), "and stalls")
 
-	clock = clock.Add(45 * time.Second) // A stalls in a GC pause, past its lease
+	clock = clock.Add(45 * time.Second) // past A's lease
 	b, err := db.Claim(ctx, req, 30*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("worker B takes it over with token", b.Token())
-	res, err := b.Complete(ctx, send(b.Token()), nil)
+	receipt, err := send(b.Key(), b.Token())
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("worker B completes: %s\n", res.Response)
+	res, err := b.Complete(ctx, receipt, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("worker B takes over with token %d, same key: %v, completes: %s\n", b.Token(), b.Key() == a.Key(), res.Response)
 
-	_, err = a.Complete(ctx, send(a.Token()), nil) // A wakes up
+	_, err = a.Complete(ctx, receipt, nil) // A wakes up
 	fmt.Println("worker A is fenced off:", errors.Is(err, oncekv.ErrFenced))
 
 	// A redelivery of the message gets the stored result, and sends nothing.
@@ -69,13 +89,12 @@ func ExampleDB_Claim() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("redelivery: done=%v %s\n", again.Done(), again.Result().Response)
+	fmt.Printf("redelivery: done=%v %s; e-mails sent: %d\n", again.Done(), again.Result().Response, sent)
 	// Output:
-	// worker A holds the key with token 1
-	// worker B takes it over with token 2
-	// worker B completes: sent with key 2
+	// worker A sends with token 1 and stalls
+	// worker B takes over with token 2, same key: true, completes: mail #1
 	// worker A is fenced off: true
-	// redelivery: done=true sent with key 2
+	// redelivery: done=true mail #1; e-mails sent: 1
 }
 
 // Two writers set the same key. The first takes its token, stalls, and

@@ -43,6 +43,9 @@ func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
 		return ExpireStats{}, ErrClosed
 	}
 	defer db.life.exit()
+	if db.opts.ReadOnly {
+		return ExpireStats{}, ErrReadOnly
+	}
 	db.expireMu.Lock()
 	defer db.expireMu.Unlock()
 	began := time.Now()
@@ -64,9 +67,14 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		// The clock's high-water mark goes with the floor (and is saved
 		// again at Close), so a restart on a clock that stepped back
 		// resumes from here.
+		var high int64
 		if err := db.step(st, func(btx *bolt.Tx) error {
-			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor, ClockHigh: db.clock.read().UnixNano()})
-		}, func() { db.windows.DropBelow(floor) }); err != nil {
+			high = db.clock.read().UnixNano()
+			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor, ClockHigh: high})
+		}, func() {
+			db.windows.DropBelow(floor)
+			db.savedClock.Store(high)
+		}); err != nil {
 			return err
 		}
 	}
@@ -148,7 +156,8 @@ func (db *DB) expireInBackground(ctx context.Context) {
 // Forget drops the mark of (handler, key), so the next delivery of the key
 // is applied again: for an operator who knows a failure must be retried, or
 // a key that must be processed afresh. Forgetting a key that has no mark is
-// not an error. A key held by a live claim returns ErrInProgress and stays.
+// not an error. A key held by a live claim returns ErrInProgress (an
+// *InProgressError saying until when) and stays.
 func (db *DB) Forget(handler, key string) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -166,7 +175,7 @@ func (db *DB) Forget(handler, key string) error {
 			return err
 		}
 		if m.State == bucket.InProgress && w.now.UnixNano() < m.LeaseUntil {
-			return ErrInProgress
+			return &InProgressError{until: timeFromNano(m.LeaseUntil)}
 		}
 		if _, err := bucket.DeleteMark(w.btx, m.Window, o.mkey); err != nil {
 			return err

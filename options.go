@@ -71,6 +71,26 @@ type Options struct {
 	// Default 1000.
 	MaxGroupSize int
 
+	// KeepOrphanedClaims keeps, until their leases run out, the claims found
+	// IN_PROGRESS when the store is opened. Only one process writes the
+	// file, so those belong to a process that is gone, and by default they
+	// are released at once: the next Claim or Apply of the key takes it over
+	// without waiting for the lease. The dead worker may have made its
+	// external call already; the taker calls again with the same Claim.Key,
+	// so an external system that deduplicates on it does the work once. Set
+	// this when the external system cannot deduplicate, to wait the lease
+	// out. Default false.
+	KeepOrphanedClaims bool
+
+	// ReadOnly opens the file for reading only, under a shared lock, so
+	// that several processes (a support tool, a backup) may open it at once
+	// while no writer has it. Every write (Apply or Claim of a key not done
+	// yet, Update, Forget, Expire, NextFence, ReleaseClaim) fails with
+	// ErrReadOnly; duplicates and look-ups are answered as usual. Nothing
+	// runs in the background, and Close writes nothing. The file must
+	// exist and have been opened writable once. Default false.
+	ReadOnly bool
+
 	// Logger receives "duplicate suppressed" at info level and other
 	// events. Default: nothing is logged.
 	Logger *slog.Logger
@@ -138,8 +158,13 @@ func (o *Options) validate() error {
 	if o.MaxGroupSize < 0 {
 		bad("MaxGroupSize", o.MaxGroupSize, "must be positive (zero means the default)")
 	}
-	if err := o.window().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidOptions, err))
+	// The window fields are checked here rather than by window.Validate,
+	// so that the message names the fields the caller set.
+	if o.WindowSpan < 0 {
+		bad("WindowSpan", o.WindowSpan, "must be positive (zero means the default)")
+	}
+	if o.Retention < o.WindowSpan {
+		bad("Retention", o.Retention, fmt.Sprintf("must be at least WindowSpan (%v)", o.WindowSpan))
 	}
 	return errors.Join(errs...)
 }

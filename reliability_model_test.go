@@ -108,6 +108,7 @@ type storeModel struct {
 	claims    []*mClaim
 	lastToken uint64
 	high      int64 // the store's monotonic clock
+	saved     int64 // the clock's high-water mark as the file holds it
 	windows   map[int64]bool
 	newest    int64 // newest live window; math.MinInt64 when none
 	floor     int64
@@ -124,7 +125,7 @@ func runModel(t *testing.T, rt *rapid.T, hook func(bool) bool) {
 		marks:   map[string]*mMark{},
 		runs:    map[string]uint64{},
 		windows: map[int64]bool{},
-		newest:  math.MinInt64, floor: math.MinInt64,
+		newest:  math.MinInt64, floor: math.MinInt64, saved: math.MinInt64,
 		issued: map[string]uint64{}, regVal: map[string]uint64{}, regFence: map[string]uint64{},
 	}
 	m.open(rt)
@@ -465,18 +466,26 @@ func (m *storeModel) advance(rt *rapid.T) {
 }
 
 // reopen closes and reopens the store. Claims held die with the DB
-// handle; their marks stay until their leases run out.
+// handle; their marks stay, released: the reopened store knows their
+// holders are gone (Options.KeepOrphanedClaims is not set).
 func (m *storeModel) reopen(rt *rapid.T) {
 	require.NoError(rt, m.db.Close())
 	for _, c := range m.claims {
 		require.ErrorIs(rt, c.c.Extend(context.Background(), time.Minute), oncekv.ErrClosed)
 	}
 	m.claims = nil
-	// Close saves the store's clock reading (it reads the clock once
-	// more), and Open resumes from it: a clock that stepped back before
-	// the restart does not step the store back, so no expired lease comes
-	// back to life.
-	m.now()
+	// Close saves the store's clock reading when it is past what the file
+	// holds (it reads the clock once more), and Open resumes from it: a
+	// clock that stepped back before the restart does not step the store
+	// back, so no expired lease comes back to life.
+	if m.high > m.saved {
+		m.saved = m.now()
+	}
+	for _, mk := range m.marks {
+		if mk.state == mClaimed {
+			mk.leaseUntil = math.MinInt64
+		}
+	}
 	m.open(rt)
 	m.probeAll(rt)
 }
@@ -495,7 +504,7 @@ func (m *storeModel) expire(rt *rapid.T) {
 		}
 	}
 	if floor > m.floor {
-		m.now() // the expiry transaction reads the store's clock
+		m.saved = m.now() // the expiry transaction reads the store's clock and saves it
 		for w := range m.windows {
 			if w < floor {
 				delete(m.windows, w)

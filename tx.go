@@ -48,7 +48,9 @@ func (tx *Tx) CreateBucketIfNotExists(name []byte) (*Bucket, error) {
 }
 
 // DeleteBucket deletes the user bucket name and all its keys. Deleting a
-// bucket that does not exist is not an error.
+// bucket that does not exist is not an error, unlike in bbolt: in oncekv
+// deleting what is not there never is (see Forget, Bucket.Delete), so a
+// cleanup that is retried after a crash converges.
 func (tx *Tx) DeleteBucket(name []byte) error {
 	if err := tx.checkWrite(); err != nil {
 		return err

@@ -116,7 +116,8 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
 func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*bucket.FoundMark, error) {
 	floor := db.windows.Floor()
 	if btx.Writable() && db.current != nil && db.current.wrote(mkey) {
-		return bucket.FindMark(btx, mkey, floor)
+		m, err := bucket.FindMark(btx, mkey, floor)
+		return db.releaseOrphan(m), err
 	}
 	h := bloom.Sum64(mkey)
 	live := db.windows.Windows()
@@ -132,7 +133,7 @@ func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*bucket.Found
 		}
 		m, err := bucket.GetMark(b, w.Start, mkey)
 		if m != nil || err != nil {
-			return m, err
+			return db.releaseOrphan(m), err
 		}
 		if w.Filter != nil {
 			db.stats.bloomFalsePositives.Add(1)

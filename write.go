@@ -46,6 +46,9 @@ func (db *DB) write(fn func(w *writeTx) error) error {
 // writeLocked is write for a caller that holds writeMu. It is the only way
 // oncekv writes: every write transaction goes through it.
 func (db *DB) writeLocked(fn func(w *writeTx) error) error {
+	if db.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	if db.poisoned != nil {
 		return db.poisoned
 	}

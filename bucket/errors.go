@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Errors returned for bad input to a user bucket. The root package re-exports
@@ -60,19 +60,19 @@ func mapBoltErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, bolt.ErrBucketNameRequired):
+	case errors.Is(err, bolterrors.ErrBucketNameRequired):
 		return ErrBucketNameRequired
-	case errors.Is(err, bolt.ErrKeyRequired):
+	case errors.Is(err, bolterrors.ErrKeyRequired):
 		return ErrKeyRequired
-	case errors.Is(err, bolt.ErrKeyTooLarge):
+	case errors.Is(err, bolterrors.ErrKeyTooLarge):
 		return ErrKeyTooLarge
-	case errors.Is(err, bolt.ErrValueTooLarge):
+	case errors.Is(err, bolterrors.ErrValueTooLarge):
 		return ErrValueTooLarge
-	case errors.Is(err, bolt.ErrTxNotWritable):
+	case errors.Is(err, bolterrors.ErrTxNotWritable):
 		return ErrTxNotWritable
-	case errors.Is(err, bolt.ErrTxClosed):
+	case errors.Is(err, bolterrors.ErrTxClosed):
 		return ErrTxClosed
-	case errors.Is(err, bolt.ErrIncompatibleValue):
+	case errors.Is(err, bolterrors.ErrIncompatibleValue):
 		return ErrIncompatibleValue
 	}
 	return err

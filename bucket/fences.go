@@ -42,6 +42,17 @@ func NextClaimToken(tx *bolt.Tx) (uint64, error) {
 	return n, fenceError(err)
 }
 
+// LastClaimToken returns the last claim token issued, 0 if none was; see
+// fence.LastClaim.
+func LastClaimToken(tx *bolt.Tx) (uint64, error) {
+	fences, err := fencesRoot(tx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := fence.LastClaim(fences)
+	return n, fenceError(err)
+}
+
 // fenceError turns what package fence returns into this package's
 // vocabulary: a record that does not decode becomes a *RecordError naming
 // the bucket, so it matches ErrCorrupt like every other bad record, and

@@ -34,19 +34,32 @@ func Next(fences *bolt.Bucket, resource []byte) (uint64, error) {
 }
 
 // NextClaim issues the next claim token. Claim tokens come from one counter
-// for the whole store, so a token is unique across every key: an external
-// system can take it as its own idempotency key, or as a fence.
+// for the whole store, so a token is unique across every key, and a
+// takeover always gets a greater one. It is a fence, never an idempotency
+// key: a takeover changes it.
 func NextClaim(fences *bolt.Bucket) (uint64, error) {
 	return bump(fences, claimCounter)
 }
 
-// bump adds one to the counter at key and returns the new value.
-func bump(fences *bolt.Bucket, key []byte) (uint64, error) {
+// LastClaim returns the last claim token issued, 0 if none was.
+func LastClaim(fences *bolt.Bucket) (uint64, error) { return counter(fences, claimCounter) }
+
+// counter returns the counter at key, 0 if it was never bumped.
+func counter(fences *bolt.Bucket, key []byte) (uint64, error) {
 	var last uint64
 	if raw := fences.Get(key); raw != nil {
 		if err := unsealInts(raw, &last); err != nil {
 			return 0, &RecordError{Key: key, Err: err}
 		}
+	}
+	return last, nil
+}
+
+// bump adds one to the counter at key and returns the new value.
+func bump(fences *bolt.Bucket, key []byte) (uint64, error) {
+	last, err := counter(fences, key)
+	if err != nil {
+		return 0, err
 	}
 	next, err := increment(last)
 	if err != nil {

@@ -76,7 +76,9 @@ func (e *notStoreError) Error() string {
 
 func (e *notStoreError) Is(target error) bool { return target == oncekv.ErrNotOncekv }
 
-// openExisting opens the oncekv database at path, refusing to create one.
+// openExisting opens the oncekv database at path read-only, refusing to
+// create one: inspecting a store never writes to it, and may run while
+// other readers have it open.
 func openExisting(path string) (*oncekv.DB, error) {
 	exists, err := checkStore(path)
 	if err != nil {
@@ -85,7 +87,7 @@ func openExisting(path string) (*oncekv.DB, error) {
 	if !exists {
 		return nil, fmt.Errorf("%s does not exist; run \"kvdemo demo -db %s\" first", path, path)
 	}
-	return oncekv.Open(path, nil)
+	return oncekv.Open(path, &oncekv.Options{ReadOnly: true})
 }
 
 // readBalance returns the balance of account, or ok=false when it has none.

@@ -99,27 +99,37 @@ func setX(db *oncekv.DB, value int, fence uint64) (oncekv.Result, error) {
 	})
 }
 
-// mailService stands for an external system: it takes each claim's token
-// as a fence, and delivers a message only for a token newer than any it
-// has seen for that message.
+// mailService stands for an external system that takes the two values a
+// claim hands it, each for its own job: it deduplicates on the claim's Key
+// (the same at every retry and takeover), answering a repeated call with
+// the receipt of the first, and it fences on the claim's Token (greater at
+// every takeover), refusing a token older than one it has seen for the key.
 type mailService struct {
+	receipts  map[string][]byte
 	newest    map[string]uint64
 	delivered int
 }
 
-func (m *mailService) send(msg string, token uint64) ([]byte, error) {
-	if token <= m.newest[msg] {
-		return nil, fmt.Errorf("mail service: token %d is older than %d", token, m.newest[msg])
+func (m *mailService) send(key string, token uint64) ([]byte, error) {
+	if token < m.newest[key] {
+		return nil, fmt.Errorf("mail service: token %d is older than %d", token, m.newest[key])
 	}
-	m.newest[msg] = token
+	m.newest[key] = token
+	if r, ok := m.receipts[key]; ok {
+		return r, nil // a retry of a call already made: nothing is sent again
+	}
 	m.delivered++
-	return fmt.Appendf(nil, "sent with key %d", token), nil
+	r := fmt.Appendf(nil, "message %d sent", m.delivered)
+	m.receipts[key] = r
+	return r, nil
 }
 
 // takeover is the second story: an e-mail cannot join the store's
-// transaction, so it is sent under a claim. Worker A stalls past its lease,
-// worker B takes over and sends, and A's late attempt is refused twice: by
-// the mail service, which checks the token, and by the store.
+// transaction, so it is sent under a claim. Worker A sends and stalls past
+// its lease before Complete; worker B takes over and sends again with the
+// same key, which the mail service recognises, so one e-mail goes out. A's
+// late attempts are refused twice: by the mail service, which checks the
+// token, and by the store.
 func (d *demo) takeover(db *oncekv.DB, clock *fakeClock) error {
 	const lease = 30 * time.Second
 	ctx := context.Background()
@@ -128,20 +138,23 @@ func (d *demo) takeover(db *oncekv.DB, clock *fakeClock) error {
 		return err
 	}
 	req := oncekv.Request{Handler: "email", Key: "welcome-ann", Payload: payload}
-	mail := &mailService{newest: map[string]uint64{}}
+	mail := &mailService{receipts: map[string][]byte{}, newest: map[string]uint64{}}
 
 	d.printf("\n%d. Claim with a lease for an e-mail, which cannot join the transaction (separate store)\n", d.step())
 	a, err := db.Claim(ctx, req, lease)
 	if err != nil {
 		return err
 	}
-	d.printf("   worker A claims %s: token %d, lease %v, then stalls 45s\n", req.Key, a.Token(), lease)
+	if _, err := mail.send(a.Key(), a.Token()); err != nil {
+		return err
+	}
+	d.printf("   worker A claims %s: token %d, lease %v, sends, then stalls 45s\n", req.Key, a.Token(), lease)
 	clock.Add(45 * time.Second)
 	b, err := db.Claim(ctx, req, lease)
 	if err != nil {
 		return err
 	}
-	receipt, err := mail.send(req.Key, b.Token())
+	receipt, err := mail.send(b.Key(), b.Token())
 	if err != nil {
 		return err
 	}
@@ -149,9 +162,9 @@ func (d *demo) takeover(db *oncekv.DB, clock *fakeClock) error {
 	if err != nil {
 		return err
 	}
-	d.printf("   worker B takes over: token %d, %s, completes  %s\n", b.Token(), res.Response,
-		d.check(b.Token() > a.Token()))
-	_, sendErr := mail.send(req.Key, a.Token())
+	d.printf("   worker B takes over: token %d, same key, %s, completes  %s\n", b.Token(), res.Response,
+		d.check(b.Token() > a.Token() && b.Key() == a.Key()))
+	_, sendErr := mail.send(a.Key(), a.Token())
 	_, err = a.Complete(ctx, []byte("sent by A"), nil)
 	d.printf("   worker A wakes: send refused, Complete: %v  %s\n", trimOncekv(err),
 		d.check(sendErr != nil && errors.Is(err, oncekv.ErrFenced)))
