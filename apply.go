@@ -443,7 +443,12 @@ func (db *DB) commitOpsLocked(ops []*op) error {
 			o := ops[k]
 			switch {
 			case !o.settled:
-				end = k + 1 // a permanent error: its FAILED mark commits with the ops before it
+				// A permanent error: its FAILED mark commits with the ops
+				// before it. Its effect does not run again, so the writes
+				// it had refused are counted now; its look-ups are counted
+				// with the commit.
+				db.stats.fencedWrites.Add(o.counts.fenced)
+				end = k + 1
 			case k == start:
 				db.stats.addCounts(o.counts)
 				start, end = k+1, len(ops)

@@ -85,6 +85,15 @@ func submitAll(g *group, ops ...*op) (wait func()) {
 	return wg.Wait
 }
 
+// startHeldLeader submits a leader whose commit blocks until release is
+// closed, and returns once that commit has begun.
+func startHeldLeader(g *group, env *fakeEnv) (waitLeader func(), release chan struct{}) {
+	entered, release := holdFirstCommit(env)
+	waitLeader = submitAll(g, fakeOp(context.Background(), "leader"))
+	<-entered
+	return waitLeader, release
+}
+
 // holdFirstCommit makes the next commit block until release is closed, and
 // returns a channel closed once it has begun.
 func holdFirstCommit(env *fakeEnv) (entered chan struct{}, release chan struct{}) {
@@ -106,10 +115,8 @@ func TestGroupSharesOneCommitAmongTheCallersThatQueued(t *testing.T) {
 	for _, tc := range []struct{ followers, maxSize int }{{7, 1000}, {9, 4}} {
 		t.Run(fmt.Sprint(tc), func(t *testing.T) {
 			g, env := newFakeGroup(t, tc.maxSize)
-			entered, release := holdFirstCommit(env)
+			waitLeader, release := startHeldLeader(g, env)
 			ctx := context.Background()
-			waitLeader := submitAll(g, fakeOp(ctx, "leader"))
-			<-entered
 			ops := make([]*op, tc.followers)
 			for i := range ops {
 				ops[i] = fakeOp(ctx, fmt.Sprint(i))
@@ -143,10 +150,8 @@ func TestGroupSharesOneCommitAmongTheCallersThatQueued(t *testing.T) {
 // others are.
 func TestGroupCallerWhoseContextEndsLeavesTheQueue(t *testing.T) {
 	g, env := newFakeGroup(t, 1000)
-	entered, release := holdFirstCommit(env)
+	waitLeader, release := startHeldLeader(g, env)
 	ctx := context.Background()
-	waitLeader := submitAll(g, fakeOp(ctx, "leader"))
-	<-entered
 	cctx, cancel := context.WithCancel(ctx)
 	quitter := fakeOp(cctx, "quitter")
 	stay := []*op{fakeOp(ctx, "a"), fakeOp(ctx, "b")}
@@ -214,10 +219,8 @@ func TestGroupLeaderWhoseContextEndsHandsTheLeadOn(t *testing.T) {
 // write).
 func TestGroupKeepsNoSettledOpReachable(t *testing.T) {
 	g, env := newFakeGroup(t, 3)
-	entered, release := holdFirstCommit(env)
+	waitLeader, release := startHeldLeader(g, env)
 	ctx := context.Background()
-	waitLeader := submitAll(g, fakeOp(ctx, "leader"))
-	<-entered
 	ops := make([]*op, 7)
 	for i := range ops {
 		ops[i] = fakeOp(ctx, fmt.Sprint(i))

@@ -66,6 +66,16 @@ func mustWithin(t *testing.T, what string, fn func()) (returned bool, panicked a
 	return returned, panicked
 }
 
+// requireCallerPanics runs call and checks that it panicked in its caller's
+// goroutine, then that the store is still healthy.
+func requireCallerPanics(t *testing.T, db *oncekv.DB, what string, call func()) {
+	t.Helper()
+	returned, p := mustWithin(t, what, call)
+	require.False(t, returned)
+	require.NotNil(t, p, "the panic is raised in the caller")
+	requireHealthy(t, db, "next")
+}
+
 // requireHealthy checks that the store still takes writes and closes.
 func requireHealthy(t *testing.T, db *oncekv.DB, key string) {
 	t.Helper()
@@ -107,17 +117,14 @@ func TestPanickingErrorValueIsTheCallersPanic(t *testing.T) {
 	for name, bad := range effects {
 		t.Run("Apply/"+name, func(t *testing.T) {
 			db := openUnchecked(t)
-			returned, p := mustWithin(t, "Apply", func() {
+			requireCallerPanics(t, db, "Apply", func() {
 				_, _ = db.Apply(ctx, oncekv.Request{Handler: "h", Key: "bad"}, func(*oncekv.Tx) ([]byte, error) { return nil, bad })
 			})
-			require.False(t, returned)
-			require.NotNil(t, p, "the panic is raised in the caller")
-			requireHealthy(t, db, "next")
 		})
 		t.Run("ApplyBatch/"+name, func(t *testing.T) {
 			db := openUnchecked(t)
 			reqs := []oncekv.Request{{Handler: "h", Key: "ok"}, {Handler: "h", Key: "bad"}, {Handler: "h", Key: "ok2"}}
-			returned, p := mustWithin(t, "ApplyBatch", func() {
+			requireCallerPanics(t, db, "ApplyBatch", func() {
 				_, _ = db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
 					if i == 1 {
 						return nil, bad
@@ -125,9 +132,6 @@ func TestPanickingErrorValueIsTheCallersPanic(t *testing.T) {
 					return deposit("acct", 1)(tx)
 				})
 			})
-			require.False(t, returned)
-			require.NotNil(t, p)
-			requireHealthy(t, db, "next")
 		})
 	}
 	t.Run("Claim.Fail/permanent typed nil", func(t *testing.T) {
@@ -146,12 +150,9 @@ func TestPanickingErrorValueIsTheCallersPanic(t *testing.T) {
 		db := openUnchecked(t)
 		c, err := db.Claim(ctx, oncekv.Request{Handler: "h", Key: "claimed"}, time.Hour)
 		require.NoError(t, err)
-		returned, p := mustWithin(t, "Claim.Complete", func() {
+		requireCallerPanics(t, db, "Claim.Complete", func() {
 			_, _ = c.Complete(ctx, []byte("r"), func(*oncekv.Tx) error { return inspectPanics{} })
 		})
-		require.False(t, returned)
-		require.NotNil(t, p)
-		requireHealthy(t, db, "next")
 	})
 }
 

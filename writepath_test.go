@@ -59,14 +59,7 @@ func waitCancelled(t *testing.T, call func(ctx context.Context) error) {
 	case <-time.After(20 * time.Millisecond): // let it start waiting; a late start is still a wait
 	}
 	cancel()
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, context.Canceled)
-		var re *oncekv.RequestError
-		require.ErrorAs(t, err, &re)
-	case <-time.After(hangLimit):
-		require.FailNow(t, "a cancelled call kept waiting for the write lock")
-	}
+	requireCancelled(t, errc)
 }
 
 // TestDoneContextEndsTheWaitForTheWriteLock: Apply, Claim and ApplyBatch
@@ -160,7 +153,7 @@ func requireCancelled(t *testing.T, errc chan error) {
 		var re *oncekv.RequestError
 		require.ErrorAs(t, err, &re)
 	case <-time.After(hangLimit):
-		require.FailNow(t, "a cancelled Apply kept waiting")
+		require.FailNow(t, "a cancelled call kept waiting for the write lock")
 	}
 }
 
@@ -229,6 +222,20 @@ func randomKinds(rng *rand.Rand, n int, failRate float64) []failKind {
 		}
 	}
 	return kinds
+}
+
+// kindEffect deposits 1, then ends as kind says.
+func kindEffect(tx *oncekv.Tx, kind failKind, errFlaky error) ([]byte, error) {
+	if _, err := deposit("acct", 1)(tx); err != nil {
+		return nil, err
+	}
+	switch kind {
+	case effectTransient:
+		return nil, errFlaky
+	case effectPermanent:
+		return nil, oncekv.Permanent(errFlaky)
+	}
+	return nil, nil
 }
 
 // checkFailureModel checks the store against what the kinds say: every OK
@@ -300,16 +307,7 @@ func TestBatchWithFailuresDoesBoundedWork(t *testing.T) {
 			errFlaky := errors.New("flaky")
 			results, err := db.ApplyBatch(context.Background(), reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
 				calls++
-				if _, err := deposit("acct", 1)(tx); err != nil {
-					return nil, err
-				}
-				switch kinds[i] {
-				case effectTransient:
-					return nil, errFlaky
-				case effectPermanent:
-					return nil, oncekv.Permanent(errFlaky)
-				}
-				return nil, nil
+				return kindEffect(tx, kinds[i], errFlaky)
 			})
 			require.NoError(t, err)
 			for i, r := range results {
@@ -358,16 +356,7 @@ func TestGroupWithFailuresDoesBoundedWork(t *testing.T) {
 					<-release
 				}
 			}
-			if _, err := deposit("acct", 1)(tx); err != nil {
-				return nil, err
-			}
-			switch kinds[i] {
-			case effectTransient:
-				return nil, errFlaky
-			case effectPermanent:
-				return nil, oncekv.Permanent(errFlaky)
-			}
-			return nil, nil
+			return kindEffect(tx, kinds[i], errFlaky)
 		}
 	}
 	errs := make([]error, n)
@@ -458,7 +447,9 @@ func TestResponseTooLargeFailsOnlyItsRequest(t *testing.T) {
 		sizes := []int{5, limit * 2, 5}
 		errs := make([]error, len(sizes))
 		for i, size := range sizes {
-			wg.Go(func() { _, errs[i] = db.Apply(ctx, oncekv.Request{Handler: "h", Key: fmt.Sprint("g", i)}, respond(size)) })
+			wg.Go(func() {
+				_, errs[i] = db.Apply(ctx, oncekv.Request{Handler: "h", Key: fmt.Sprint("g", i)}, respond(size))
+			})
 		}
 		require.Eventually(t, func() bool { return oncekv.QueuedApplies(db) == len(sizes) }, hangLimit, time.Millisecond)
 		close(release)
@@ -518,11 +509,11 @@ func TestSettledRequestIsNotKeptReachable(t *testing.T) {
 
 // TestCountersCountOncePerDecision: a refused PutFenced and a Bloom
 // look-up are counted once for the request that made them, however many
-// times a batch's transaction had to run again because another request in
-// it failed.
+// times a batch's transaction had to run again because a request in it
+// failed, and whether or not that request's own effect committed.
 func TestCountersCountOncePerDecision(t *testing.T) {
 	ctx := context.Background()
-	run := func(t *testing.T, failSecond bool) oncekv.Stats {
+	run := func(t *testing.T, secondFails error) oncekv.Stats {
 		db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
 		require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
 			b, err := tx.CreateBucketIfNotExists([]byte("f"))
@@ -536,25 +527,34 @@ func TestCountersCountOncePerDecision(t *testing.T) {
 		require.NoError(t, err)
 		before := db.Stats()
 		reqs := []oncekv.Request{{Handler: "h", Key: "a"}, {Handler: "h", Key: "b"}, {Handler: "h", Key: "c"}}
+		var refusals []error
 		res, err := db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
-			if i == 0 {
-				err := tx.Bucket([]byte("f")).PutFenced([]byte("x"), []byte("stale"), 3)
-				require.ErrorIs(t, err, oncekv.ErrFenced)
+			if i < 2 { // the first two requests each meet one refusal
+				refusals = append(refusals, tx.Bucket([]byte("f")).PutFenced([]byte("x"), []byte("stale"), 3))
 			}
-			if i == 1 && failSecond {
-				return nil, errors.New("flaky")
+			if i == 1 {
+				return nil, secondFails
 			}
 			return nil, nil
 		})
 		require.NoError(t, err)
 		require.NoError(t, res[0].Err)
+		require.NoError(t, res[2].Err)
+		for _, err := range refusals {
+			require.ErrorIs(t, err, oncekv.ErrFenced)
+		}
 		return db.Stats().Sub(before)
 	}
-	clean, retried := run(t, false), run(t, true)
-	require.Equal(t, uint64(1), clean.FencedWrites)
-	require.Equal(t, uint64(1), retried.FencedWrites, "a refusal in a transaction that ran again is counted once")
-	require.Equal(t, clean.BloomNegatives, retried.BloomNegatives, "each look-up counted once")
-	require.Equal(t, clean.BloomFalsePositives, retried.BloomFalsePositives)
+	clean := run(t, nil)
+	require.Equal(t, uint64(2), clean.FencedWrites)
+	for name, fail := range map[string]error{"transient": errors.New("flaky"), "permanent": oncekv.Permanent(errors.New("bad"))} {
+		t.Run(name, func(t *testing.T) {
+			retried := run(t, fail)
+			require.Equal(t, clean.FencedWrites, retried.FencedWrites, "a refusal in a transaction that ran again is counted once")
+			require.Equal(t, clean.BloomNegatives, retried.BloomNegatives, "each look-up counted once")
+			require.Equal(t, clean.BloomFalsePositives, retried.BloomFalsePositives)
+		})
+	}
 }
 
 // TestForgetKeepsTheMarkCountExact: the window's mark count follows every
