@@ -256,8 +256,9 @@ func (db *DB) Close() error {
 }
 
 // Update runs fn in a writable transaction on the user buckets and commits
-// it if fn returns nil; an error or a panic rolls everything back. Do not
-// call other DB methods from fn.
+// it if fn returns nil; an error, a panic or a runtime.Goexit rolls
+// everything back and releases the write lock (the panic or the Goexit
+// goes on in the caller). Do not call other DB methods from fn.
 func (db *DB) Update(fn func(tx *Tx) error) error {
 	if !db.life.enter() {
 		return ErrClosed

@@ -259,59 +259,56 @@ func TestGoexitInEffectDoesNotWedgeTheStore(t *testing.T) {
 }
 
 // TestGoexitInGroupMemberEndsOnlyThatCaller: under group commit one
-// goroutine (the leader) runs the effects of every caller in the group. A
-// follower whose effect calls runtime.Goexit must end its own caller's
-// goroutine, not the leader's; the leader and the other followers complete.
+// goroutine (the leader) commits the requests of every caller in the group.
+// An effect that calls runtime.Goexit must end its own caller's goroutine
+// only, never the leader's (when it is a follower's) nor the followers'
+// (when it is the leader's); everyone else completes.
 func TestGoexitInGroupMemberEndsOnlyThatCaller(t *testing.T) {
-	for _, bad := range []int{0, 3} { // the first follower, a later one
-		t.Run(fmt.Sprint("follower ", bad), func(t *testing.T) {
+	const followers = 4
+	for _, bad := range []int{-1, 0, 3} { // the leader, the first follower, a later one
+		t.Run(fmt.Sprint("caller ", bad), func(t *testing.T) {
 			db := openUnchecked(t)
 			ctx := context.Background()
-			const followers = 4
 			entered, release := make(chan struct{}), make(chan struct{})
-			leader := make(chan error, 1)
-			go func() {
-				_, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: "leader"}, func(tx *oncekv.Tx) ([]byte, error) {
-					close(entered)
-					<-release
-					return deposit("acct", 1)(tx)
-				})
-				leader <- err
-			}()
-			<-entered
-			returned := make([]bool, followers)
-			errs := make([]error, followers)
-			var wg sync.WaitGroup
-			for i := range followers {
-				wg.Go(func() {
-					returned[i], _, _ = within(t, "follower", func() {
-						_, errs[i] = db.Apply(ctx, oncekv.Request{Handler: "h", Key: fmt.Sprint("f", i)}, func(tx *oncekv.Tx) ([]byte, error) {
-							if i == bad {
-								runtime.Goexit()
-							}
-							return deposit("acct", 1)(tx)
-						})
+			returned := make([]bool, 1+followers) // the leader, then the followers
+			errs := make([]error, 1+followers)
+			apply := func(i int, effect func(tx *oncekv.Tx) ([]byte, error)) {
+				returned[i+1], _, _ = within(t, "Apply", func() {
+					_, errs[i+1] = db.Apply(ctx, oncekv.Request{Handler: "h", Key: fmt.Sprint("k", i)}, func(tx *oncekv.Tx) ([]byte, error) {
+						if _, err := effect(tx); err != nil {
+							return nil, err
+						}
+						if i == bad {
+							runtime.Goexit()
+						}
+						return deposit("acct", 1)(tx)
 					})
 				})
 			}
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				apply(-1, func(*oncekv.Tx) ([]byte, error) {
+					close(entered)
+					<-release
+					return nil, nil
+				})
+			})
+			<-entered
+			for i := range followers {
+				wg.Go(func() { apply(i, func(*oncekv.Tx) ([]byte, error) { return nil, nil }) })
+			}
 			require.Eventually(t, func() bool { return oncekv.QueuedApplies(db) == followers }, hangLimit, time.Millisecond)
 			close(release)
-			select {
-			case err := <-leader:
-				require.NoError(t, err)
-			case <-time.After(hangLimit):
-				require.FailNow(t, "the leader's Apply never returned: its goroutine ran a follower's Goexit")
-			}
 			wg.Wait()
-			for i := range followers {
-				if i == bad {
+			for i := range returned {
+				if i == bad+1 {
 					require.False(t, returned[i], "the caller whose effect called Goexit exits")
 					continue
 				}
-				require.True(t, returned[i])
+				require.True(t, returned[i], "caller %d", i-1)
 				require.NoError(t, errs[i])
 			}
-			require.Equal(t, uint64(followers), balance(t, db, "acct"))
+			require.Equal(t, uint64(followers), balance(t, db, "acct"), "everyone but the one that called Goexit applied")
 			requireHealthy(t, db, "next")
 		})
 	}

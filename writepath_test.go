@@ -584,3 +584,90 @@ func TestForgetKeepsTheMarkCountExact(t *testing.T) {
 	require.NoError(t, db.Forget("h", "never seen"))
 	require.Equal(t, uint64(n/2), db.Stats().LiveMarks)
 }
+
+// TestGroupCommitUnderCancellationsKeepsEveryPromise: many callers share
+// group commits while their contexts end at random moments (before the
+// call, while queued, while leading, during the effect) and some effects
+// fail. Whatever the interleaving: an Apply that returned nil applied its
+// effect exactly once; one that returned its context's error or the
+// effect's applied nothing, so a retry runs the effect; and nobody hangs.
+func TestGroupCommitUnderCancellationsKeepsEveryPromise(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1, MaxGroupSize: 5})
+	const workers, perWorker = 12, 40
+	errFlaky := errors.New("flaky")
+	runs := []byte("runs")
+	effect := func(key string, fail bool) func(tx *oncekv.Tx) ([]byte, error) {
+		return func(tx *oncekv.Tx) ([]byte, error) {
+			b, err := tx.CreateBucketIfNotExists(runs)
+			if err != nil {
+				return nil, err
+			}
+			if err := b.Put([]byte(key), uintBytes(readUint(b.Get([]byte(key)))+1)); err != nil {
+				return nil, err
+			}
+			if fail {
+				return nil, errFlaky
+			}
+			return nil, nil
+		}
+	}
+	results := make([][]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		rng := rand.New(rand.NewPCG(seed, uint64(w)))
+		results[w] = make([]error, perWorker)
+		wg.Go(func() {
+			for i := range perWorker {
+				key := fmt.Sprintf("w%d-%d", w, i)
+				ctx, cancel := context.WithCancel(context.Background())
+				switch rng.IntN(4) {
+				case 0:
+					time.AfterFunc(time.Duration(rng.IntN(300))*time.Microsecond, cancel)
+				case 1:
+					go cancel()
+				}
+				_, results[w][i] = db.Apply(ctx, oncekv.Request{Handler: "h", Key: key}, effect(key, rng.IntN(5) == 0))
+				cancel()
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(hangLimit):
+		require.FailNow(t, "callers hung")
+	}
+	applied := 0
+	for w := range workers {
+		for i, err := range results[w] {
+			key := fmt.Sprintf("w%d-%d", w, i)
+			var n uint64
+			require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+				if b := tx.Bucket(runs); b != nil {
+					n = readUint(b.Get([]byte(key)))
+				}
+				return nil
+			}))
+			ran := false
+			_, again := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: key}, func(*oncekv.Tx) ([]byte, error) {
+				ran = true
+				return nil, nil
+			})
+			require.NoError(t, again)
+			if err == nil {
+				applied++
+				require.Equal(t, uint64(1), n, "%s: acknowledged, so applied once", key)
+				require.False(t, ran, "%s: acknowledged, so a retry is a duplicate", key)
+				continue
+			}
+			require.True(t, errors.Is(err, context.Canceled) || errors.Is(err, errFlaky), "%s: %v", key, err)
+			require.Zero(t, n, "%s: failed, so nothing applied", key)
+			require.True(t, ran, "%s: failed, so a retry runs the effect", key)
+		}
+	}
+	t.Logf("%d of %d applied", applied, workers*perWorker)
+	require.Positive(t, applied)
+}
