@@ -134,6 +134,18 @@ func TestPanickingErrorValueIsTheCallersPanic(t *testing.T) {
 			})
 		})
 	}
+	t.Run("Update/error Is panics", func(t *testing.T) {
+		// Update hands fn's error back without looking into it.
+		db := openUnchecked(t)
+		var err error
+		returned, p := mustWithin(t, "Update", func() {
+			err = db.Update(func(*oncekv.Tx) error { return inspectPanics{} })
+		})
+		require.True(t, returned)
+		require.Nil(t, p)
+		require.True(t, err == error(inspectPanics{}), "fn's error comes back as it was")
+		requireHealthy(t, db, "next")
+	})
 	t.Run("Claim.Fail/permanent typed nil", func(t *testing.T) {
 		db := openUnchecked(t)
 		c, err := db.Claim(ctx, oncekv.Request{Handler: "h", Key: "claimed"}, time.Hour)

@@ -158,7 +158,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 			return fnErr
 		})
 	})
-	if w != nil && !errors.Is(fnErr, errRetry) {
+	if w != nil && fnErr != errRetry { // compared, not errors.Is: fnErr may be the caller's error, whose methods are not ours to call here
 		// Refused fenced writes and filter answers count whether or not the
 		// transaction committed: they happened either way, and this was its
 		// one and only run. A group transaction that rolls back to run again
