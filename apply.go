@@ -2,8 +2,12 @@ package oncekv
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -52,8 +56,9 @@ type Result struct {
 	FirstSeen time.Time
 }
 
-// Apply applies req's effect exactly once per (req.Handler, req.Key) within
-// the dedup window (Options.Retention).
+// Apply applies req's effect once per (req.Handler, req.Key) within the
+// dedup window (Options.Retention): effectively once, since the effect may
+// run more than once but only one run ever commits (see below).
 //
 // On the first delivery, effect runs in a write transaction on the user
 // buckets, and its changes commit together with a DONE mark holding the
@@ -67,21 +72,33 @@ type Result struct {
 // Permanent, the effect's writes are rolled back but the key is recorded as
 // FAILED, and this call and every duplicate return a *FailedError.
 //
+// If effect panics, or an error it returned panics when oncekv inspects it
+// (its Error, or errors.As while looking for Permanent), nothing is
+// recorded and Apply raises the panic again in its caller's goroutine. If
+// effect calls runtime.Goexit (as t.FailNow does), nothing is recorded and
+// Apply's caller exits too, as Goexit demands. Either way the store, and
+// the other calls sharing the commit, carry on unharmed.
+//
 // Errors: ErrKeyReuse when the key was first used with another payload (or
 // Fingerprint); ErrInProgress, as an *InProgressError saying when the lease
-// ends, when a live claim holds the key; ctx's error when ctx was done
-// before the commit (nothing applied); ErrReadOnly for a key not done yet
-// in a read-only store; ErrClosed after Close; and bad input errors
-// (ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge,
-// ErrInvalidFingerprint). Each comes wrapped in a *RequestError naming the
-// handler and key. Classify says what to do about each.
+// ends, when a live claim holds the key; ErrResponseTooLarge when the
+// response is larger than a mark can hold; ctx's error when ctx was done
+// before the commit, including while the call waited for the write lock
+// (nothing applied); ErrReadOnly for a key not done yet in a read-only
+// store; ErrClosed after Close; and bad input errors (ErrHandlerRequired,
+// ErrKeyRequired, ErrKeyTooLarge, ErrInvalidFingerprint). Each comes
+// wrapped in a *RequestError naming the handler and key. Classify says what
+// to do about each.
 //
 // Concurrent Apply calls share commits (group commit), so durable throughput
-// is not one fsync per call. The price, as with bbolt's Batch: when another
-// call's effect in the same group fails, the group is rolled back and run
-// again without it, so effect may run more than once. Only the run that
-// commits leaves changes, so effect must change nothing outside tx. A nil
-// effect records the mark only, with a nil response.
+// is not one fsync per call. The effect runs on a goroutine of oncekv's, not
+// the caller's, since the commit that runs it may be led by another caller.
+// The price, as with bbolt's Batch: when another call's effect in the same
+// commit fails, the transaction rolls back, and the effects that ran before
+// the failure run once more in a fresh transaction that commits without
+// it, so effect may run more than once. Only the run that commits leaves
+// changes, so effect must change nothing outside tx. A nil effect records
+// the mark only, with a nil response.
 func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byte, error)) (Result, error) {
 	if !db.life.enter() {
 		return Result{}, ErrClosed
@@ -97,7 +114,7 @@ func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byt
 		return Result{}, requestError("apply", &req, err)
 	}
 	if !db.answerFromSnapshot([]*op{o}) {
-		db.submit(o)
+		db.group.submit(o)
 	}
 	return db.finish(o)
 }
@@ -114,9 +131,23 @@ type BatchResult struct {
 // the request to apply. Each request gets its own result, exactly as Apply
 // would give it: duplicates (also within the batch) are answered without
 // running effect, bad requests get their error, and an effect error rolls
-// back that request only. The returned error is non-nil only when the batch
-// as a whole failed (closed DB, ctx done before it started, the commit
-// itself failed); then no request in it was applied.
+// back that request only.
+//
+// Since bbolt cannot roll back part of a transaction, an effect error costs
+// one more commit: the requests before it run again in a fresh transaction
+// that commits without it, and the requests after it go on in the next.
+// So each effect runs at most twice (when effects are deterministic), plus
+// once per failure, however many requests fail.
+//
+// effect runs on the caller's goroutine. If it panics, the other requests
+// are settled and committed first, then ApplyBatch raises the panic again;
+// if it calls runtime.Goexit, the caller exits at once, and the transaction
+// in progress rolls back (requests committed before it stay committed).
+//
+// The returned error is non-nil only when the batch as a whole failed:
+// the DB is closed, ctx ended before the batch took the write lock (each
+// request not answered from its mark then carries ctx's error too), or a
+// commit failed. No request that carries an error was applied.
 func (db *DB) ApplyBatch(ctx context.Context, reqs []Request, effect func(tx *Tx, i int) ([]byte, error)) ([]BatchResult, error) {
 	if !db.life.enter() {
 		return nil, ErrClosed
@@ -150,9 +181,7 @@ func (db *DB) ApplyBatch(ctx context.Context, reqs []Request, effect func(tx *Tx
 	}
 	var commitErr error
 	if len(pending) > 0 {
-		db.writeMu.Lock()
-		commitErr = db.commitOps(pending)
-		db.writeMu.Unlock()
+		commitErr = db.commitBatch(ctx, pending)
 	}
 	var panicked *op
 	for _, o := range ops {
@@ -165,6 +194,20 @@ func (db *DB) ApplyBatch(ctx context.Context, reqs []Request, effect func(tx *Tx
 		panic(panicked.panicVal)
 	}
 	return results, commitErr
+}
+
+// commitBatch takes the write lock, or gives up with ctx's error, and
+// commits ops.
+func (db *DB) commitBatch(ctx context.Context, ops []*op) error {
+	if err := db.writeMu.LockContext(ctx); err != nil {
+		for _, o := range ops {
+			o.fail(outcomeAborted, err)
+			o.settled = true
+		}
+		return err
+	}
+	defer db.writeMu.Unlock()
+	return db.commitOpsLocked(ops)
 }
 
 // outcome classifies a request's end for the counters.
@@ -196,21 +239,30 @@ type op struct {
 
 	// The outcome. Until the transaction that decided it commits, it is
 	// tentative; settled means it no longer depends on any commit.
-	res      Result
-	err      error
-	kind     outcome
-	settled  bool
+	res     Result
+	err     error
+	kind    outcome
+	settled bool
+	// panicVal is the panic of the effect (or of its error's methods),
+	// and goexit is set when the effect called runtime.Goexit; both are
+	// raised again in the op's own caller.
 	panicVal any
+	goexit   bool
 	// checkFrom is the start of the oldest window the write path must look
 	// in; older ones were sealed and found empty of this key by the
 	// snapshot (see findMarkFrom).
 	checkFrom int64
-	// failWith is a permanent error to record as FAILED, without running
-	// the effect, in the next attempt at the group's transaction.
+	// failWith is a permanent error to record as FAILED, with the message
+	// failMsg, without running the effect, in the next attempt at the
+	// transaction.
 	failWith error
+	failMsg  string
+	// counts are what deciding the op moved in its last attempt.
+	counts lookupCounts
 
 	// wake carries true when the outcome is ready, false when the op's
-	// goroutine is promoted to lead the next group commit.
+	// goroutine is promoted to lead the next group commit. Only ops of the
+	// group commit have one.
 	wake chan bool
 }
 
@@ -316,11 +368,15 @@ func (o *op) fail(kind outcome, err error) {
 }
 
 // finish waits for nothing: it settles a single Apply's op and re-raises a
-// panic from its effect in the caller's goroutine, where it belongs.
+// panic or a runtime.Goexit of its effect in the caller's goroutine, where
+// it belongs.
 func (db *DB) finish(o *op) (Result, error) {
 	res, err := db.settle(o)
 	if o.panicVal != nil {
 		panic(o.panicVal)
+	}
+	if o.goexit {
+		runtime.Goexit()
 	}
 	return res, err
 }
@@ -335,4 +391,265 @@ func (db *DB) settle(o *op) (Result, error) {
 			slog.Duration("age", db.clock.read().Sub(o.res.FirstSeen)))
 	}
 	return o.res, requestError("apply", o.req, o.err)
+}
+
+// errRetry rolls back a transaction of commitOpsLocked because one of its
+// ops failed; the transaction runs again without that op's writes.
+var errRetry = errors.New("oncekv: roll back the ops' transaction and run it again")
+
+// errGoexit is the outcome of an op whose effect called runtime.Goexit. Its
+// caller never sees it: finish ends the caller's goroutine instead.
+var errGoexit = errors.New("oncekv: effect called runtime.Goexit")
+
+// MaxResponseSize is the largest response a mark can hold, with the message
+// of a permanent error counted in: bbolt's value limit, less room for the
+// rest of the mark. A larger one fails its request with ErrResponseTooLarge.
+const MaxResponseSize = bolt.MaxValueSize - markOverhead
+
+// markOverhead bounds what a mark's record takes besides its response and
+// error message: the record header and checksum, the state, the payload
+// hash, three integers and the msgpack headers (under 100 bytes today).
+const markOverhead = 1 << 10
+
+// checkResponse returns ErrResponseTooLarge, naming both sizes, when n
+// bytes of response (and error message) do not fit in a mark. It is
+// checked before a mark is written, so the one request fails instead of
+// the bbolt transaction that every request of its commit shares.
+func (db *DB) checkResponse(n int) error {
+	if n > db.maxResponse {
+		return fmt.Errorf("%w: %d bytes, more than the limit of %d", ErrResponseTooLarge, n, db.maxResponse)
+	}
+	return nil
+}
+
+// commitOpsLocked decides ops, in order, commits them and settles every
+// one. The caller holds writeMu.
+//
+// bbolt has no savepoints: when an op fails (its effect returned an error,
+// panicked or called runtime.Goexit; its mark would be too large), the
+// only way to undo what it wrote is to roll the whole transaction back. The
+// ops before it did nothing wrong, so they run again in a fresh transaction
+// that commits without it (or with its FAILED mark only, for a permanent
+// error), and the ops after it go on in the next transaction. An op's
+// effect therefore runs at most twice when effects are deterministic, and
+// the work stays O(n) whatever fails, at the price of one more commit per
+// failure: "one effect, one mark, one commit" holds for every op.
+//
+// It returns the error of a commit that failed; every op not settled by
+// then carries it.
+func (db *DB) commitOpsLocked(ops []*op) error {
+	start, end := 0, len(ops)
+	for start < len(ops) {
+		failed := -1
+		err := db.writeLocked(func(w *writeTx) (err error) {
+			failed, err = db.decide(w, ops[start:end])
+			return err
+		})
+		switch {
+		case err == nil:
+			for _, o := range ops[start:end] {
+				o.settled = true
+			}
+			start, end = end, len(ops)
+		case failed >= 0:
+			k := start + failed
+			o := ops[k]
+			switch {
+			case !o.settled:
+				// A permanent error: its FAILED mark commits with the ops
+				// before it. Its effect does not run again, so the writes
+				// it had refused are counted now; its look-ups are counted
+				// with the commit.
+				db.stats.fencedWrites.Add(o.counts.fenced)
+				end = k + 1
+			case k == start:
+				db.stats.addCounts(o.counts)
+				start, end = k+1, len(ops)
+			default:
+				db.stats.addCounts(o.counts)
+				end = k // commit the ops before it; the next round starts after it
+			}
+		default:
+			cerr := err
+			if !errors.Is(err, ErrPoisoned) && !errors.Is(err, ErrNoSpace) {
+				cerr = fmt.Errorf("oncekv: commit: %w", err) // those two say so already
+			}
+			for _, o := range ops[start:] {
+				if !o.settled {
+					o.fail(outcomeAborted, cerr)
+					o.settled = true
+				}
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// decide runs the ops not yet settled, in order, inside one write
+// transaction. Outcomes it sets stay tentative until the commit; settled
+// ones are final either way. When an op fails in a way that needs its
+// writes undone, decide stops and returns its index with errRetry.
+func (db *DB) decide(w *writeTx, ops []*op) (int, error) {
+	for i, o := range ops {
+		if o.settled {
+			continue
+		}
+		before := w.counts()
+		undo := db.decideOne(w, o)
+		o.counts = w.counts().sub(before)
+		if undo {
+			return i, errRetry
+		}
+	}
+	return -1, nil
+}
+
+// decideOne decides o in w. It reports true when o failed after writing
+// (or possibly writing) something that must be rolled back: o is then
+// settled, or holds the permanent error to record in the next attempt.
+func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
+	o.res, o.err, o.kind = Result{}, nil, outcomeNone
+	if err := o.ctx.Err(); err != nil {
+		o.fail(outcomeAborted, err)
+		o.settled = true
+		return false
+	}
+	// Look again under the write lock: a concurrent group, or an earlier
+	// op of this one, may have written the mark since the snapshot.
+	found, err := db.findMarkFrom(w.btx, o.mkey, o.checkFrom)
+	if err != nil {
+		o.fail(outcomeAborted, err)
+		o.settled = true
+		return false
+	}
+	if found != nil && o.answer(found, w.now) {
+		return false
+	}
+	mark := bucket.Mark{PayloadHash: o.hash, FirstSeen: w.now.UnixNano()}
+	window := db.placeMark(w.now)
+	if found != nil {
+		// Taking over an expired claim: the mark stays where it was first
+		// seen, and takes a token greater than the claim's, so the holder's
+		// late Complete gets a *FenceError with both.
+		mark.FirstSeen, window = found.FirstSeen, found.Window
+		if mark.Token, err = bucket.NextClaimToken(w.btx); err != nil {
+			o.fail(outcomeAborted, err)
+			o.settled = true
+			return true
+		}
+	}
+	if o.failWith != nil {
+		mark.State, mark.Error = bucket.Failed, o.failMsg
+		o.res, o.err, o.kind = Result{}, &FailedError{Message: o.failMsg, cause: o.failWith}, outcomeFailedRecorded
+	} else {
+		db.crashAt(crashBeforeEffect)
+		r := runEffect(w.tx, o)
+		switch {
+		case o.panicVal != nil:
+			o.kind, o.settled = outcomeEffectError, true
+			return true
+		case o.goexit:
+			o.fail(outcomeEffectError, errGoexit)
+			o.settled = true
+			return true
+		case r.permanent:
+			o.failWith, o.failMsg = r.err, r.msg
+			return true
+		case r.err != nil:
+			o.fail(outcomeEffectError, r.err)
+			o.settled = true
+			return true
+		case o.ctx.Err() != nil:
+			// Done during the effect: apply nothing.
+			o.fail(outcomeAborted, o.ctx.Err())
+			o.settled = true
+			return true
+		}
+		db.crashAt(crashAfterEffect)
+		mark.State, mark.Response = bucket.Done, r.resp
+		o.res, o.kind = Result{Response: r.resp}, outcomeApplied
+	}
+	if err := db.checkResponse(len(mark.Response) + len(mark.Error)); err != nil {
+		o.fail(outcomeEffectError, err)
+		o.settled = true
+		return true
+	}
+	o.res.FirstSeen = timeFromNano(mark.FirstSeen)
+	if err := w.putMark(window, o.mkey, &mark); err != nil {
+		o.fail(outcomeAborted, fmt.Errorf("oncekv: write mark: %w", err))
+		o.settled = true
+		return true
+	}
+	return false
+}
+
+// effectResult is what an effect returned, and what oncekv learned by
+// looking into its error.
+type effectResult struct {
+	resp      []byte // a copy: the effect may return a slice of a bucket value
+	err       error
+	permanent bool   // err was marked with Permanent
+	msg       string // err's message, for a permanent error's FAILED mark
+}
+
+// runEffect calls o's effect in tx. Everything that calls into the values
+// the effect returned (the error's As and Is methods while looking for
+// Permanent, its Error for the message) happens in the same guarded call:
+// a panic there is the effect's caller's, recorded in o.panicVal and raised
+// again in its goroutine by finish, never taken for a fault of the store.
+//
+// The effect of an op of the group commit may belong to another caller
+// than the one leading the commit, so it runs on a goroutine of its own: a
+// runtime.Goexit in it ends that goroutine only, and is recorded in
+// o.goexit for finish to repeat in the caller's goroutine. An ApplyBatch
+// effect is the calling goroutine's own, and runs on it.
+func runEffect(tx *Tx, o *op) (r effectResult) {
+	if o.effect == nil {
+		return r
+	}
+	if o.wake == nil {
+		callEffect(tx, o, &r)
+		return r
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// As on the caller's goroutine (see guard): a fault reading a
+		// damaged page in the effect is a panic, not the process's death.
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		callEffect(tx, o, &r)
+	}()
+	<-done
+	return r
+}
+
+// callEffect runs the effect and looks into what it returned, recording in
+// o a panic or a runtime.Goexit on the way (told apart by the deferred
+// check: recover returns nil during a Goexit).
+func callEffect(tx *Tx, o *op, r *effectResult) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if p := recover(); p != nil {
+			// The value is kept as it was, so a caller's recover sees its
+			// own panic; the stack of the goroutine that ran it is lost.
+			o.panicVal = p
+		} else {
+			o.goexit = true
+		}
+	}()
+	resp, err := o.effect(tx)
+	if err != nil {
+		r.err, r.permanent = err, IsPermanent(err)
+		if r.permanent {
+			r.msg = err.Error()
+		}
+	}
+	if resp != nil {
+		r.resp = append(make([]byte, 0, len(resp)), resp...)
+	}
+	returned = true
 }

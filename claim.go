@@ -129,7 +129,7 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 	}
 	c := &Claim{db: db, req: Request{Handler: req.Handler, Key: req.Key}, mkey: o.mkey, key: claimKey(o.mkey)}
 	if !db.answerFromSnapshot([]*op{o}) {
-		err := db.write(func(w *writeTx) error { return c.take(w, o, lease) })
+		err := db.writeContext(ctx, func(w *writeTx) error { return c.take(w, o, lease) })
 		switch {
 		case err == nil:
 			db.crashAt(crashClaimTaken)
@@ -321,16 +321,22 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 // is wrapped with Permanent, the key is recorded FAILED instead, as Apply
 // would, and a *FailedError is returned.
 //
+// If effect panics, the panic is raised again in the caller; if it calls
+// runtime.Goexit, the caller exits. Either way nothing is written and the
+// claim still holds the key.
+//
 // Errors: ErrFenced once another worker has taken the key over (nothing is
 // changed, effect does not run); ErrClaimDone when the claim was done
-// already (Done, or after Complete or Fail); ctx's error when ctx was done
-// before the commit; ErrClosed.
+// already (Done, or after Complete or Fail); ErrResponseTooLarge when
+// response is larger than a mark can hold (nothing is changed, effect does
+// not run, the claim still holds the key); ctx's error when ctx was done
+// before the commit, including while waiting for the write lock; ErrClosed.
 func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *Tx) error) (Result, error) {
 	var res Result
 	err := c.run(func() error {
 		resp := bytes.Clone(response) // the caller may reuse response at once
 		var first int64
-		err := c.updateLocked(ctx, outcomeApplied, nil, func(w *writeTx, m *bucket.FoundMark) error {
+		err := c.updateLocked(ctx, outcomeApplied, c.db.checkResponse(len(resp)), func(w *writeTx, m *bucket.FoundMark) error {
 			if effect != nil {
 				c.db.crashAt(crashBeforeEffect)
 				if err := callUser(func() error { return effect(w.tx) }); err != nil {
@@ -370,23 +376,33 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *T
 //     run out, so an immediate retry can claim or apply it; it stays bound
 //     to its payload.
 //
-// Fail returns nil once the failure is recorded or the key released.
+// Fail returns nil once the failure is recorded or the key released. err
+// is looked into (errors.As for Permanent, Error for the message) on the
+// caller's goroutine: if that panics, Fail panics and changes nothing.
 // Errors: ErrFenced once another worker has taken the key over (nothing is
-// changed); ErrClaimDone after Complete or Fail; ctx's error; ErrClosed.
+// changed); ErrClaimDone after Complete or Fail; ErrResponseTooLarge for a
+// permanent error whose message is larger than a mark can hold (nothing is
+// changed); ctx's error; ErrClosed.
 func (c *Claim) Fail(ctx context.Context, err error) error {
 	return c.wrap(c.run(func() error { return c.failLocked(ctx, err) }))
 }
 
 func (c *Claim) failLocked(ctx context.Context, cause error) error {
+	// Look into the caller's error here, on the caller's goroutine and
+	// outside the transaction: a panic in its methods is the caller's own,
+	// and c.mu and the write lock are released by defers.
 	permanent := IsPermanent(cause)
 	kind := outcomeEffectError
+	var msg string
+	var bad error
 	if permanent {
-		kind = outcomeFailedRecorded
+		kind, msg = outcomeFailedRecorded, cause.Error()
+		bad = c.db.checkResponse(len(msg))
 	}
-	err := c.updateLocked(ctx, kind, nil, func(w *writeTx, m *bucket.FoundMark) error {
+	err := c.updateLocked(ctx, kind, bad, func(w *writeTx, m *bucket.FoundMark) error {
 		mark := m.Mark
 		if permanent {
-			mark.State, mark.Error, mark.LeaseUntil = bucket.Failed, cause.Error(), 0
+			mark.State, mark.Error, mark.LeaseUntil = bucket.Failed, msg, 0
 		} else {
 			mark.LeaseUntil = releasedLease
 		}
@@ -434,7 +450,7 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, fn fu
 	case c.mu.state != claimHeld:
 		err = ErrClaimDone
 	default:
-		err = c.db.write(func(w *writeTx) error {
+		err = c.db.writeContext(ctx, func(w *writeTx) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -461,7 +477,7 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, fn fu
 		}
 	case errors.Is(err, ErrFenced):
 		c.mu.lost, kind = err, outcomeFenced
-	case errors.Is(err, ErrClaimDone), errors.Is(err, ErrInvalidLease):
+	case errors.Is(err, ErrClaimDone), errors.Is(err, ErrInvalidLease), errors.Is(err, ErrResponseTooLarge):
 		kind = outcomeInvalid
 	default:
 		kind = outcomeAborted

@@ -1,237 +1,205 @@
 package oncekv
 
 import (
+	"context"
 	"errors"
-	"fmt"
-	"runtime"
+	"slices"
 	"sync"
 	"time"
-
-	"github.com/oncekv/oncekv/bucket"
 )
 
-// group is the group commit of concurrent Apply calls.
+// group is the group commit of concurrent Apply calls. It knows nothing of
+// transactions: what it does with a batch is groupEnv's business, so it is
+// tested on its own, without a DB (group_internal_test.go).
 //
 // The first caller to arrive when no commit is running becomes the leader:
-// it takes every op queued so far, runs them in one write transaction and
-// wakes their callers. Ops that arrive meanwhile queue up; when the leader is
-// done, it promotes the first of them to lead the next commit. So a commit
-// takes whatever arrived while the previous one was flushing and never waits
-// for more: a lone caller commits at once, and N concurrent callers share
-// roughly one fsync per flush instead of N. (bbolt's Batch waits up to 10 ms
-// for 1000 calls, which a handful of callers never fill.)
+// it takes the write lock, takes every op queued by then, has them
+// committed together and wakes their callers. Ops that arrive meanwhile
+// queue up; when the leader is done, it promotes the first of them to lead
+// the next commit. So a lone caller commits at once, and N concurrent
+// callers share roughly one fsync per commit instead of N.
+//
+// A new leader may wait a little before taking the queue (see
+// gatherLocked): at most a tenth of the last commit's duration, and only
+// when the last commit carried more than one op.
+//
+// A caller whose context ends while it waits leaves the queue at once and
+// applies nothing. A leader whose context ends while it waits for the write
+// lock hands the lead to the next caller in the queue.
 type group struct {
-	mu      sync.Mutex
-	queue   []*op
-	leading bool
-	// last is the size of the last batch committed and took how long its
-	// commit took; a promoted leader uses them to gather the callers of
-	// that batch, who are about to come back (see gatherLocked).
-	last     int
-	lastTook time.Duration
+	env     groupEnv
+	maxSize int // the most ops one commit takes, the leader's included
+
+	mu struct {
+		sync.Mutex
+		// queue holds the callers waiting for a leader to take them, oldest
+		// first. The leader is not in it.
+		queue   []*op
+		leading bool
+		// last is the size of the last batch, and lastTook how long its
+		// commit took; a new leader uses them to gather the callers of that
+		// batch, who are about to come back (see gatherLocked).
+		last     int
+		lastTook time.Duration
+	}
+	// arrived is signalled, with mu, when the queue grows or a gathering
+	// leader's time is up.
+	arrived sync.Cond
+	// batch is the leader's buffer, reused from one commit to the next.
+	// Only the leader touches it, and it is cleared after each commit so
+	// that no settled request stays reachable through it.
+	batch []*op
 }
 
-// submit runs o through the group commit and returns once o's outcome is
-// settled.
-func (db *DB) submit(o *op) {
-	g := &db.group
-	o.wake = make(chan bool, 1) // only ops that reach the group need one
+// groupEnv is what the group commit needs from the store.
+type groupEnv struct {
+	// lock takes the write lock, or returns ctx's error when ctx ends
+	// first; unlock releases it.
+	lock   func(ctx context.Context) error
+	unlock func()
+	// commit decides every op of batch and settles it (o.settled), with
+	// the write lock held. It must not run user code on the calling
+	// goroutine in a way that could end it (see runEffect).
+	commit func(batch []*op)
+}
+
+// errLeaderGone settles the ops of a batch whose leader's commit ended by
+// a panic (a bug in oncekv; the leader's caller gets the panic) so that no
+// follower waits for it forever.
+var errLeaderGone = errors.New("oncekv: the group commit that took this request failed")
+
+func (g *group) init(env groupEnv, maxSize int) {
+	g.env, g.maxSize = env, maxSize
+	g.arrived.L = &g.mu.Mutex
+}
+
+// submit runs o through the group commit and returns once o is settled:
+// committed, failed, or given up because o.ctx ended while it waited.
+func (g *group) submit(o *op) {
+	o.wake = make(chan bool, 1)
 	g.mu.Lock()
-	g.queue = append(g.queue, o)
-	if g.leading {
+	// A new leader was likely in the last batch, and the rest of that batch
+	// is returning.
+	want := g.mu.last
+	if g.mu.leading {
+		g.mu.queue = append(g.mu.queue, o)
+		g.arrived.Broadcast()
 		g.mu.Unlock()
-		if done := <-o.wake; done {
+		if !g.wait(o) {
 			return
 		}
-		g.mu.Lock() // promoted: o now leads
-		// The queue holds callers that were not in the last batch.
-		g.gatherLocked(len(g.queue) + g.last)
-	} else {
-		g.leading = true
-		// o was likely in the last batch, and the rest of it is returning.
-		g.gatherLocked(g.last)
+		g.mu.Lock()
+		// Promoted: the queue holds callers that were not in the last batch.
+		want = 1 + len(g.mu.queue) + g.mu.last
 	}
-	for {
-		n := min(len(g.queue), db.opts.MaxGroupSize)
-		batch := g.queue[:n:n]
-		g.queue = g.queue[n:]
+	g.mu.leading = true
+	g.gatherLocked(want)
+	g.mu.Unlock()
+	g.lead(o)
+}
+
+// wait blocks a queued op until it is settled, or promoted to lead the next
+// commit (it reports true then), or its context ends while it is still in
+// the queue: it leaves the queue and is settled with the context's error.
+func (g *group) wait(o *op) (promoted bool) {
+	select {
+	case done := <-o.wake:
+		return !done
+	case <-o.ctx.Done():
+	}
+	g.mu.Lock()
+	if i := slices.Index(g.mu.queue, o); i >= 0 {
+		g.mu.queue = slices.Delete(g.mu.queue, i, i+1)
 		g.mu.Unlock()
+		o.fail(outcomeAborted, o.ctx.Err())
+		o.settled = true
+		return false
+	}
+	g.mu.Unlock()
+	// A leader took o into its batch, or promoted it, before it could
+	// leave: its answer is on the way.
+	return !<-o.wake
+}
 
-		db.writeMu.Lock()
-		began := time.Now()
-		_ = db.commitOps(batch)
-		took := time.Since(began)
-		db.writeMu.Unlock()
+// gatherLocked lets a new leader wait, briefly, until want callers (itself
+// included) are there: the callers of the commit that just ended were woken
+// a moment ago and are about to queue their next requests. Without waiting,
+// concurrent callers fall into a rhythm where every other commit carries
+// one request (or two cohorts take turns), and throughput halves. The wait
+// ends as soon as they are queued, and never lasts longer than a tenth of
+// the last commit, so it costs at most a tenth of the throughput even when
+// nobody comes back. A lone caller never waits: the last batch was its own.
+// The leader sleeps on g.arrived meanwhile; it does not spin.
+func (g *group) gatherLocked(want int) {
+	if g.mu.last <= 1 || 1+len(g.mu.queue) >= want {
+		return
+	}
+	expired := false
+	t := time.AfterFunc(g.mu.lastTook/10, func() {
+		g.mu.Lock()
+		expired = true
+		g.mu.Unlock()
+		g.arrived.Broadcast()
+	})
+	defer t.Stop()
+	for !expired && 1+len(g.mu.queue) < want {
+		g.arrived.Wait()
+	}
+}
 
-		mine := false
+// lead commits o together with the callers queued behind it, wakes them,
+// and hands the lead on. Every exit path, a panic included, wakes every
+// caller it took and hands the lead on, so nobody waits for a leader that
+// is gone.
+func (g *group) lead(o *op) {
+	batch := g.batch[:0]
+	defer func() {
 		for _, b := range batch {
 			if b == o {
-				mine = true
 				continue
+			}
+			if !b.settled {
+				b.fail(outcomeAborted, errLeaderGone)
+				b.settled = true
 			}
 			b.wake <- true
 		}
+		clear(batch)
+		g.batch = batch[:0]
 		g.mu.Lock()
-		g.last, g.lastTook = len(batch), took
-		if mine {
-			break
-		}
+		g.handOffLocked()
+		g.mu.Unlock()
+	}()
+	if err := g.env.lock(o.ctx); err != nil {
+		o.fail(outcomeAborted, err)
+		o.settled = true
+		return
 	}
-	if len(g.queue) > 0 {
-		g.queue[0].wake <- false
-	} else {
-		g.leading = false
-	}
+	defer g.env.unlock() // runs before the wake-ups above
+	g.mu.Lock()
+	n := min(len(g.mu.queue), g.maxSize-1)
+	batch = append(batch, o)
+	batch = append(batch, g.mu.queue[:n]...)
+	g.mu.queue = slices.Delete(g.mu.queue, 0, n) // zeroes the slots it vacates
+	g.mu.Unlock()
+
+	began := time.Now()
+	g.env.commit(batch)
+	took := time.Since(began)
+
+	g.mu.Lock()
+	g.mu.last, g.mu.lastTook = len(batch), took
 	g.mu.Unlock()
 }
 
-// gatherLocked lets a new leader wait, briefly, until want callers are
-// queued: the callers of the commit that just ended were woken a moment ago
-// and are about to queue their next requests. Without waiting, concurrent
-// callers fall into a rhythm where every other commit carries one request
-// (or two cohorts take turns), and throughput halves. The wait ends as soon
-// as they are queued, and never lasts longer than a tenth of the last
-// commit, so it costs at most a tenth of the throughput even when nobody
-// comes back. A lone caller never waits: the last batch was its own.
-func (g *group) gatherLocked(want int) {
-	if g.last <= 1 || len(g.queue) >= want {
+// handOffLocked promotes the first queued caller to lead the next commit,
+// or ends the leading when nobody is queued.
+func (g *group) handOffLocked() {
+	if len(g.mu.queue) == 0 {
+		g.mu.leading = false
 		return
 	}
-	deadline := time.Now().Add(g.lastTook / 10)
-	for len(g.queue) < want && time.Now().Before(deadline) {
-		g.mu.Unlock()
-		runtime.Gosched()
-		g.mu.Lock()
-	}
-}
-
-// errRetry rolls back a group transaction so it can run again without the op
-// that failed.
-var errRetry = errors.New("oncekv: retry group without the failed op")
-
-// commitOps decides every op in one write transaction and commits it. When an
-// op's effect fails, bbolt has no savepoint to undo just that effect, so the
-// whole transaction rolls back and runs again without it (or, for a
-// permanent failure, with only its FAILED mark). Each attempt settles at
-// least one op for good, so the loop ends. It returns the commit error, if
-// the last attempt's commit failed; every op then carries it. The caller
-// holds writeMu.
-func (db *DB) commitOps(ops []*op) error {
-	pending := ops
-	for len(pending) > 0 {
-		err := db.writeLocked(func(w *writeTx) error {
-			return db.decide(w, pending)
-		})
-		if errors.Is(err, errRetry) {
-			kept := pending[:0:0]
-			for _, o := range pending {
-				if !o.settled {
-					kept = append(kept, o)
-				}
-			}
-			pending = kept
-			continue
-		}
-		for _, o := range pending {
-			if !o.settled && err != nil {
-				cerr := err
-				if !errors.Is(err, ErrPoisoned) && !errors.Is(err, ErrNoSpace) {
-					cerr = fmt.Errorf("oncekv: commit: %w", err) // those two say so already
-				}
-				o.fail(outcomeAborted, cerr)
-			}
-			o.settled = true
-		}
-		return err
-	}
-	return nil
-}
-
-// decide runs the ops in order inside one write transaction. Outcomes it sets
-// stay tentative until the commit; settled ones are final either way.
-func (db *DB) decide(w *writeTx, ops []*op) error {
-	now := w.now
-	for _, o := range ops {
-		o.res, o.err, o.kind = Result{}, nil, outcomeNone
-		if err := o.ctx.Err(); err != nil {
-			o.fail(outcomeAborted, err)
-			o.settled = true
-			continue
-		}
-		// Look again under the write lock: a concurrent group, or an earlier
-		// op of this one, may have written the mark since the snapshot.
-		found, err := db.findMarkFrom(w.btx, o.mkey, o.checkFrom)
-		if err != nil {
-			o.fail(outcomeAborted, err)
-			o.settled = true
-			continue
-		}
-		if found != nil && o.answer(found, now) {
-			continue
-		}
-		mark := bucket.Mark{PayloadHash: o.hash, FirstSeen: now.UnixNano()}
-		window := db.placeMark(now)
-		if found != nil {
-			// Taking over an expired claim: the mark stays where it was
-			// first seen, and takes a token greater than the claim's, so
-			// the holder's late Complete gets a *FenceError with both.
-			mark.FirstSeen, window = found.FirstSeen, found.Window
-			if mark.Token, err = bucket.NextClaimToken(w.btx); err != nil {
-				return err
-			}
-		}
-		if o.failWith != nil {
-			mark.State, mark.Error = bucket.Failed, o.failWith.Error()
-			o.res, o.err, o.kind = Result{}, &FailedError{Message: mark.Error, cause: o.failWith}, outcomeFailedRecorded
-		} else {
-			db.crashAt(crashBeforeEffect)
-			resp, err := runEffect(w.tx, o)
-			if o.panicVal != nil {
-				o.kind, o.settled = outcomeEffectError, true
-				return errRetry
-			}
-			if err == nil {
-				err = o.ctx.Err() // done during the effect: apply nothing
-			}
-			if err != nil {
-				if IsPermanent(err) {
-					o.failWith = err
-				} else {
-					o.fail(outcomeEffectError, err)
-					o.settled = true
-				}
-				return errRetry
-			}
-			db.crashAt(crashAfterEffect)
-			mark.State, mark.Response = bucket.Done, resp
-			o.res, o.kind = Result{Response: resp}, outcomeApplied
-		}
-		o.res.FirstSeen = timeFromNano(mark.FirstSeen)
-		if err := w.putMark(window, o.mkey, &mark); err != nil {
-			return fmt.Errorf("oncekv: write mark: %w", err)
-		}
-	}
-	return nil
-}
-
-// runEffect calls o's effect, turning a panic into o.panicVal so the group
-// can roll back and carry on; the panic is raised again in o's own caller.
-// The response is copied: the effect may have returned a slice of a bucket
-// value, which is only valid inside the transaction.
-func runEffect(tx *Tx, o *op) (resp []byte, err error) {
-	if o.effect == nil {
-		return nil, nil
-	}
-	defer func() {
-		// The value is kept as it was, so a caller's recover sees its own
-		// panic; the stack of the goroutine that ran it is lost.
-		if r := recover(); r != nil {
-			o.panicVal = r
-		}
-	}()
-	resp, err = o.effect(tx)
-	if resp != nil {
-		resp = append(make([]byte, 0, len(resp)), resp...)
-	}
-	return resp, err
+	next := g.mu.queue[0]
+	g.mu.queue = slices.Delete(g.mu.queue, 0, 1)
+	next.wake <- false
 }

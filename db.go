@@ -35,9 +35,10 @@ type DB struct {
 
 	// writeMu is held around every write transaction. bbolt serialises
 	// writers anyway, so it costs no throughput; holding it ourselves means
-	// that whatever a commit teaches the in-memory state (counters now, the
-	// Bloom filters later) is in place before the next writer looks.
-	writeMu sync.Mutex
+	// that whatever a commit teaches the in-memory state (mark counts, the
+	// Bloom filters, counters) is in place before the next writer looks. A
+	// caller with a context can give up waiting for it (see writeLock).
+	writeMu writeLock
 
 	// current is the write transaction in progress, guarded by writeMu.
 	current *writeTx
@@ -74,6 +75,9 @@ type DB struct {
 
 	group group
 	stats statsCollector
+	// maxResponse is the largest response (with a permanent error's
+	// message) a mark may hold; see MaxResponseSize.
+	maxResponse int
 }
 
 // Open opens the oncekv database at path, creating it if it does not exist.
@@ -124,7 +128,13 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
-	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b}
+	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b,
+		writeMu: newWriteLock(), maxResponse: MaxResponseSize}
+	db.group.init(groupEnv{
+		lock:   db.writeMu.LockContext,
+		unlock: db.writeMu.Unlock,
+		commit: func(batch []*op) { _ = db.commitOpsLocked(batch) },
+	}, o.MaxGroupSize)
 	db.clock.now = o.Now
 	if err := b.View(func(tx *bolt.Tx) error {
 		return errors.Join(db.loadWindows(tx), db.loadOrphanLine(tx), db.loadSavedClock(tx))
@@ -241,15 +251,19 @@ func syncDir(dir string) error {
 func (db *DB) Path() string { return db.path }
 
 // Close waits for the calls in flight to finish, then closes the file.
-// Every later call returns ErrClosed. Closing twice is not an error.
+// Every later call returns ErrClosed. Closing twice is not an error: a
+// Close that finds another one under way waits for it, so that the file is
+// closed (and may be opened again) whichever Close returns first.
 func (db *DB) Close() error {
 	if db.expirer.stop != nil {
 		db.expirer.stop()
 		<-db.expirer.done
 	}
 	if !db.life.close() {
+		<-db.life.done
 		return nil
 	}
+	defer close(db.life.done)
 	// Keep the clock's high-water mark for the next Open (see clock.go),
 	// only when there is something new to keep (see closeNeedsSave). A
 	// store that cannot write any more (poisoned, full disk) still closes.
@@ -265,8 +279,9 @@ func (db *DB) Close() error {
 }
 
 // Update runs fn in a writable transaction on the user buckets and commits
-// it if fn returns nil; an error or a panic rolls everything back. Do not
-// call other DB methods from fn.
+// it if fn returns nil; an error, a panic or a runtime.Goexit rolls
+// everything back and releases the write lock (the panic or the Goexit
+// goes on in the caller). Do not call other DB methods from fn.
 func (db *DB) Update(fn func(tx *Tx) error) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -300,9 +315,15 @@ type lifecycle struct {
 	idle   sync.Cond
 	closed bool
 	active int
+	// done is closed when the Close that began closing has closed the
+	// file; a concurrent Close waits for it.
+	done chan struct{}
 }
 
-func (l *lifecycle) init() { l.idle.L = &l.mu }
+func (l *lifecycle) init() {
+	l.idle.L = &l.mu
+	l.done = make(chan struct{})
+}
 
 func (l *lifecycle) enter() bool {
 	l.mu.Lock()
@@ -323,7 +344,8 @@ func (l *lifecycle) exit() {
 	l.mu.Unlock()
 }
 
-// close reports false when the DB was already closed.
+// close refuses new calls and waits for those in flight. It reports false
+// when another Close began first.
 func (l *lifecycle) close() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

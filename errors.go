@@ -48,6 +48,12 @@ var (
 	ErrKeyTooLarge = bucket.ErrKeyTooLarge
 	// ErrValueTooLarge: a value exceeds bbolt's value limit.
 	ErrValueTooLarge = bucket.ErrValueTooLarge
+	// ErrResponseTooLarge: an effect's response, or a permanent error's
+	// message, is larger than a mark can hold (MaxResponseSize). The
+	// message names both sizes. The request's effect is rolled back and
+	// nothing is recorded for it; the other requests of the same commit
+	// are not affected.
+	ErrResponseTooLarge = errors.New("oncekv: response too large for a mark")
 	// ErrBucketNameRequired: a bucket name was empty.
 	ErrBucketNameRequired = bucket.ErrBucketNameRequired
 	// ErrInvalidOptions: Options failed validation; the error lists every

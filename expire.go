@@ -168,7 +168,6 @@ func (db *DB) Forget(handler, key string) error {
 	if err != nil {
 		return requestError("forget", &req, err)
 	}
-	var dropped *bucket.FoundMark
 	err = db.write(func(w *writeTx) error {
 		m, err := db.findMark(w.btx, o.mkey)
 		if err != nil || m == nil {
@@ -177,19 +176,10 @@ func (db *DB) Forget(handler, key string) error {
 		if m.State == bucket.InProgress && w.now.UnixNano() < m.LeaseUntil {
 			return &InProgressError{until: timeFromNano(m.LeaseUntil)}
 		}
-		if _, err := bucket.DeleteMark(w.btx, m.Window, o.mkey); err != nil {
-			return err
-		}
-		dropped = m
-		return nil
+		return w.deleteMark(m.Window, o.mkey)
 	})
 	if err != nil {
 		return requestError("forget", &req, err)
-	}
-	if dropped != nil {
-		if w := db.windows.Find(dropped.Window); w != nil {
-			w.Marks.Add(-1) // the filter keeps the key: a false positive, never a false negative
-		}
 	}
 	return nil
 }

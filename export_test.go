@@ -34,3 +34,17 @@ var CrashPoints = map[string]CrashPoint{
 // the crash tests' child process kills itself there. Set it right after
 // Open, before any other call.
 func SetCrashHook(db *DB, hook func(CrashPoint)) { db.crashHook = hook }
+
+// QueuedApplies returns how many Apply calls wait in the group commit's
+// queue for a commit to take them, so a test can line callers up behind a
+// running commit.
+func QueuedApplies(db *DB) int {
+	db.group.mu.Lock()
+	defer db.group.mu.Unlock()
+	return len(db.group.mu.queue)
+}
+
+// SetMaxResponseSize lowers the largest response (plus permanent error
+// message) a mark may hold, so a test can reach the limit without
+// allocating gigabytes. Set it right after Open.
+func SetMaxResponseSize(db *DB, n int) { db.maxResponse = n }

@@ -134,7 +134,7 @@ func (db *DB) Stats() Stats {
 		ws := WindowStats{
 			Start: time.Unix(0, w.Start),
 			End:   time.Unix(0, db.window.End(w.Start)),
-			Marks: uint64(max(w.Marks.Load(), 0)),
+			Marks: uint64(w.Marks.Load()),
 		}
 		if w.Filter != nil {
 			ws.FilterBytes = w.Filter.SizeBytes()

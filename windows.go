@@ -124,7 +124,7 @@ func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*bucket.Found
 	for i := len(live) - 1; i >= 0 && live[i].Start >= from; i-- {
 		w := live[i]
 		if w.Filter != nil && !db.filterMayContain(w.Filter, h) {
-			db.stats.bloomNegatives.Add(1)
+			db.countLookup(btx, true)
 			continue
 		}
 		b := btx.Bucket(bucket.WindowName(w.Start))
@@ -136,7 +136,7 @@ func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*bucket.Found
 			return db.releaseOrphan(m), err
 		}
 		if w.Filter != nil {
-			db.stats.bloomFalsePositives.Add(1)
+			db.countLookup(btx, false)
 		}
 	}
 	return nil, nil

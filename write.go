@@ -1,6 +1,7 @@
 package oncekv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -28,7 +29,84 @@ type writeTx struct {
 	written map[uint64]struct{}
 	// opened lists windows this transaction created.
 	opened map[int64]bool
+	// unmarked lists the windows of the marks deleted, one entry per mark.
+	unmarked []int64
+	// bloomNegatives and bloomFalsePositives count the look-ups of this
+	// transaction, published with its outcome (see lookupCounts).
+	bloomNegatives, bloomFalsePositives uint64
 }
+
+// lookupCounts are the counters a transaction moves: refused fenced writes
+// and Bloom filter answers. They are published once per decision, never
+// once per attempt: a group transaction that rolls back and runs again
+// would count them twice (see writeLocked and commitOpsLocked).
+type lookupCounts struct {
+	fenced, bloomNegatives, bloomFalsePositives uint64
+}
+
+func (w *writeTx) counts() lookupCounts {
+	return lookupCounts{
+		fenced:              w.tx.life.Rejected(),
+		bloomNegatives:      w.bloomNegatives,
+		bloomFalsePositives: w.bloomFalsePositives,
+	}
+}
+
+func (c lookupCounts) sub(o lookupCounts) lookupCounts {
+	return lookupCounts{c.fenced - o.fenced, c.bloomNegatives - o.bloomNegatives, c.bloomFalsePositives - o.bloomFalsePositives}
+}
+
+func (s *statsCollector) addCounts(c lookupCounts) {
+	s.fencedWrites.Add(c.fenced)
+	s.bloomNegatives.Add(c.bloomNegatives)
+	s.bloomFalsePositives.Add(c.bloomFalsePositives)
+}
+
+// countLookup counts one window look-up that the window's filter answered:
+// negative when it said "definitely not there", a false positive when it
+// let the look-up through and the window did not hold the key. A look-up
+// of the write transaction in progress is counted with that transaction's
+// outcome; any other (a read transaction's) at once.
+func (db *DB) countLookup(btx *bolt.Tx, negative bool) {
+	if btx.Writable() && db.current != nil {
+		if negative {
+			db.current.bloomNegatives++
+		} else {
+			db.current.bloomFalsePositives++
+		}
+		return
+	}
+	if negative {
+		db.stats.bloomNegatives.Add(1)
+	} else {
+		db.stats.bloomFalsePositives.Add(1)
+	}
+}
+
+// writeLock is the store's write lock, held around every write
+// transaction. It is a one-slot semaphore rather than a sync.Mutex so that
+// a caller can stop waiting for it when its context ends: a request queued
+// behind a slow effect returns its context's error instead of waiting out
+// the effect.
+type writeLock chan struct{}
+
+func newWriteLock() writeLock { return make(writeLock, 1) }
+
+// Lock takes the lock, waiting as long as it takes.
+func (l writeLock) Lock() { l <- struct{}{} }
+
+// LockContext takes the lock, or returns ctx's error if ctx ends first.
+func (l writeLock) LockContext(ctx context.Context) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Unlock releases the lock.
+func (l writeLock) Unlock() { <-l }
 
 type markedKey struct {
 	window int64
@@ -39,6 +117,16 @@ type markedKey struct {
 // write runs fn in a write transaction and commits it if fn returns nil.
 func (db *DB) write(fn func(w *writeTx) error) error {
 	db.writeMu.Lock()
+	defer db.writeMu.Unlock()
+	return db.writeLocked(fn)
+}
+
+// writeContext is write for a caller with a context: it gives up waiting
+// for the write lock, and returns ctx's error, when ctx ends first.
+func (db *DB) writeContext(ctx context.Context, fn func(w *writeTx) error) error {
+	if err := db.writeMu.LockContext(ctx); err != nil {
+		return err
+	}
 	defer db.writeMu.Unlock()
 	return db.writeLocked(fn)
 }
@@ -73,10 +161,12 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 			return fnErr
 		})
 	})
-	if w != nil {
-		// Refused fenced writes count whether or not the transaction
-		// committed: the refusal happened either way.
-		db.stats.fencedWrites.Add(w.tx.life.Rejected())
+	if w != nil && fnErr != errRetry { // compared, not errors.Is: fnErr may be the caller's error, whose methods are not ours to call here
+		// Refused fenced writes and filter answers count whether or not the
+		// transaction committed: they happened either way, and this was its
+		// one and only run. A group transaction that rolls back to run again
+		// (errRetry) counts only the op that failed (commitOpsLocked).
+		db.stats.addCounts(w.counts())
 	}
 	if err != nil {
 		if fnErr == nil && w != nil {
@@ -87,6 +177,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	}
 	db.stats.commits.Add(1)
 	db.learnLocked(w.marked)
+	db.unlearnLocked(w.unmarked)
 	db.crashAt(crashAfterCommit)
 	return nil
 }
@@ -173,6 +264,33 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *bucket.Mark) error {
 	}
 	w.written[bloom.Sum64(mkey)] = struct{}{}
 	return nil
+}
+
+// deleteMark deletes the mark of mkey from window, if there is one; the
+// window's mark count follows once the transaction has committed.
+func (w *writeTx) deleteMark(window int64, mkey []byte) error {
+	deleted, err := bucket.DeleteMark(w.btx, window, mkey)
+	if err != nil {
+		return err
+	}
+	if deleted {
+		w.unmarked = append(w.unmarked, window)
+	}
+	return nil
+}
+
+// unlearnLocked takes the marks a committed transaction deleted off their
+// windows' counts. It runs under writeMu, like learnLocked, so a count
+// always equals the marks its window holds in the last commit: each
+// decrement is for a mark that existed and was counted, and no count can go
+// below zero. (A window expired meanwhile is no longer in the set, and
+// nobody counts its marks any more.)
+func (db *DB) unlearnLocked(windows []int64) {
+	for _, start := range windows {
+		if w := db.windows.Find(start); w != nil {
+			w.Marks.Add(-1) // the filter keeps the key: a false positive, never a false negative
+		}
+	}
 }
 
 // wrote reports whether this transaction may have written a mark for mkey.
