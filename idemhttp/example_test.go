@@ -17,16 +17,8 @@ import (
 // A payments endpoint behind the middleware: the retry of a POST gets the
 // first answer back, and the order row commits with it.
 func ExampleNew() {
-	dir, err := os.MkdirTemp("", "idemhttp-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := oncekv.Open(filepath.Join(dir, "shop.db"), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
+	db, done := exampleDB()
+	defer done()
 
 	mw, err := idemhttp.New(db, &idemhttp.Options{
 		// The authenticated caller; here a header stands in for a session.
@@ -78,16 +70,8 @@ func ExampleNew() {
 // The middleware's method value is the usual func(http.Handler)
 // http.Handler, for routers that chain middlewares.
 func ExampleMiddleware_Wrap() {
-	dir, err := os.MkdirTemp("", "idemhttp-example")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := oncekv.Open(filepath.Join(dir, "shop.db"), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
+	db, done := exampleDB()
+	defer done()
 	mw, err := idemhttp.New(db, &idemhttp.Options{
 		Scope:      func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
 		RequireKey: true,
@@ -103,4 +87,21 @@ func ExampleMiddleware_Wrap() {
 	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
 	// Output:
 	// 400 application/problem+json
+}
+
+// exampleDB opens a store in a fresh temporary directory; done closes it
+// and removes the directory.
+func exampleDB() (db *oncekv.DB, done func()) {
+	dir, err := os.MkdirTemp("", "idemhttp-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err = oncekv.Open(filepath.Join(dir, "shop.db"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, func() {
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+	}
 }
