@@ -231,6 +231,7 @@ func TestBodyOverLimitIs413BeforeAnythingIsRecorded(t *testing.T) {
 type blocker struct {
 	started chan struct{}
 	release chan struct{}
+	once    sync.Once
 	runs    int
 	mu      sync.Mutex
 }
@@ -238,6 +239,10 @@ type blocker struct {
 func newBlocker() *blocker {
 	return &blocker{started: make(chan struct{}, 64), release: make(chan struct{})}
 }
+
+// free lets every run of the handler answer. Tests also defer it, so that
+// a failed test does not leave a handler blocking the server's Close.
+func (b *blocker) free() { b.once.Do(func() { close(b.release) }) }
 
 func (b *blocker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.mu.Lock()
@@ -261,6 +266,7 @@ func (b *blocker) count() int {
 
 func TestInProgressIs409WithRetryAfter(t *testing.T) {
 	b := newBlocker()
+	defer b.free()
 	srv := serve(t, openDB(t, newClock(), nil), &idemhttp.Options{Lease: 90 * time.Second}, b)
 	c := call{key: "k", user: "alice"}
 	done := make(chan reply)
@@ -280,7 +286,7 @@ func TestInProgressIs409WithRetryAfter(t *testing.T) {
 	require.Equal(t, "90", rep.header.Get("Retry-After"))
 	require.Less(t, time.Since(start), 30*time.Second, "409 must not wait for the running request")
 
-	close(b.release)
+	b.free()
 	first := <-done
 	require.Equal(t, http.StatusCreated, first.status)
 	again := send(t, srv, c)
@@ -310,6 +316,7 @@ func TestHeartbeatKeepsTheKeyPastTheLease(t *testing.T) {
 	clk := newClock()
 	db := openDB(t, clk, nil)
 	b := newBlocker()
+	defer b.free()
 	srv := serve(t, db, &idemhttp.Options{Lease: time.Minute, Heartbeat: time.Millisecond}, b)
 	c := call{key: "k", user: "alice"}
 	done := make(chan reply)
@@ -327,7 +334,7 @@ func TestHeartbeatKeepsTheKeyPastTheLease(t *testing.T) {
 		require.Eventually(t, func() bool { return clk.reads.Load() > seen+1 }, 10*time.Second, time.Millisecond)
 		require.Equal(t, http.StatusConflict, send(t, srv, c).status, "the running handler's key was taken over")
 	}
-	close(b.release)
+	b.free()
 	require.Equal(t, http.StatusCreated, (<-done).status)
 	require.Equal(t, 1, b.count())
 }
@@ -338,6 +345,7 @@ func TestWithoutHeartbeatAnExpiredLeaseIsTakenOver(t *testing.T) {
 	// retry, which runs the handler again.
 	clk := newClock()
 	b := newBlocker()
+	defer b.free()
 	srv := serve(t, openDB(t, clk, nil), &idemhttp.Options{Lease: 2 * time.Hour, Heartbeat: time.Hour}, b)
 	c := call{key: "k", user: "alice"}
 	go func() { _, _ = trySend(context.Background(), srv, c) }()
@@ -345,7 +353,7 @@ func TestWithoutHeartbeatAnExpiredLeaseIsTakenOver(t *testing.T) {
 	clk.Add(3 * time.Hour)
 	go func() { _, _ = trySend(context.Background(), srv, c) }()
 	<-b.started // the retry took the key over and runs the handler
-	close(b.release)
+	b.free()
 	require.Equal(t, 2, b.count())
 }
 
@@ -477,6 +485,7 @@ func TestPanicOrGoexitReleasesTheKey(t *testing.T) {
 func TestClientGoneStoresNothing(t *testing.T) {
 	db := openDB(t, newClock(), nil)
 	b := newBlocker()
+	defer b.free()
 	finished := make(chan struct{}, 4)
 	mw, err := idemhttp.New(db, &idemhttp.Options{Scope: userScope})
 	require.NoError(t, err)
@@ -500,7 +509,7 @@ func TestClientGoneStoresNothing(t *testing.T) {
 	<-finished
 	require.Empty(t, keys(t, db, "orders"), "a response nobody received is not committed")
 
-	close(b.release)
+	b.free()
 	rep := send(t, srv, call{key: "k", user: "alice"})
 	require.Equal(t, http.StatusCreated, rep.status)
 	require.False(t, rep.replayed(), "the retry runs the handler again")
@@ -629,6 +638,7 @@ func TestKeyIsStableAndTokenFences(t *testing.T) {
 
 func TestConcurrentIdenticalRequestsRunOnce(t *testing.T) {
 	b := newBlocker()
+	defer b.free()
 	srv := serve(t, openDB(t, newClock(), nil), nil, b)
 	c := call{key: "k", user: "alice", body: []byte(`{"amount":1}`)}
 	const n = 50
@@ -655,7 +665,7 @@ func TestConcurrentIdenticalRequestsRunOnce(t *testing.T) {
 		require.Equal(t, http.StatusConflict, r.rep.status, "body: %s", r.rep.body)
 		require.NotEmpty(t, r.rep.header.Get("Retry-After"))
 	}
-	close(b.release)
+	b.free()
 	r := <-results
 	require.NoError(t, r.err)
 	original := r.rep
@@ -778,10 +788,10 @@ func TestDedupLastsTheRetentionWindow(t *testing.T) {
 
 func TestProblemDetailsPerCase(t *testing.T) {
 	b := newBlocker()
+	defer b.free()
 	srv := serve(t, openDB(t, newClock(), nil), &idemhttp.Options{RequireKey: true, MaxBodyBytes: 10}, b)
 	go func() { _, _ = trySend(context.Background(), srv, call{key: "busy", user: "alice"}) }()
 	<-b.started
-	defer close(b.release)
 	cases := []struct {
 		c      call
 		status int
