@@ -27,7 +27,9 @@
 //     the method, the escaped path, the raw query, the headers named in
 //     Options.FingerprintHeaders and the SHA-256 of the body.
 //   - whose key is held by a request still running gets 409 at once, with
-//     Retry-After: the seconds left on the running request's lease.
+//     Retry-After: the seconds left on the running request's lease when
+//     the store's error says when it ends, else Options.Lease, which the
+//     remaining lease never exceeds.
 //   - whose key has a stored response gets it back: the stored status, the
 //     body byte for byte and the headers of the replay allowlist
 //     (Content-Type, Location, ETag and Options.ReplayHeaders; Set-Cookie
@@ -80,8 +82,9 @@
 //     keeps the status and the allowlisted headers, and a replay answers
 //     them with an empty body and "Idempotent-Replay-Body-Omitted: true".
 //     The handler's work is still done once.
-//   - Trailers and 1xx informational responses are passed through and
-//     never stored.
+//   - 1xx informational responses (103 Early Hints) are passed on as the
+//     handler writes them and never stored; trailers go to the first
+//     client only and are not stored either.
 //
 // # How long a key is remembered
 //

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"runtime"
 	"strconv"
 	"strings"
@@ -544,7 +547,8 @@ func TestFailedStagedWriteStoresNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			db := openDB(t, newClock(), nil)
 			var runs int
-			srv := serve(t, db, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var logged bytes.Buffer
+			srv := serve(t, db, &idemhttp.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs++
 				stage(t, r, put("orders", "o"+strconv.Itoa(runs), "paid"))
 				if runs == 1 {
@@ -558,6 +562,8 @@ func TestFailedStagedWriteStoresNothing(t *testing.T) {
 			typ, _ := problemOf(t, rep)
 			require.Equal(t, idemhttp.ProblemStoreFailed, typ)
 			require.Empty(t, keys(t, db, "orders"))
+			require.Contains(t, logged.String(), "level=ERROR")
+			require.Contains(t, logged.String(), fail.Error(), "the log names the staged write's error")
 
 			rep = send(t, srv, call{key: "k", user: "alice"})
 			require.Equal(t, http.StatusCreated, rep.status, "the key was released, even for a Permanent staged error")
@@ -828,4 +834,45 @@ func TestClosedStoreIs503(t *testing.T) {
 	typ, _ := problemOf(t, rep)
 	require.Equal(t, idemhttp.ProblemUnavailable, typ)
 	require.Zero(t, h.runs.Load())
+}
+
+func TestInformationalAndTrailersAreNotStored(t *testing.T) {
+	var runs int
+	srv := serve(t, openDB(t, newClock(), nil), nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("Trailer", "X-Checksum")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "body")
+		w.Header().Set("X-Checksum", "abc")
+	}))
+	do := func() (hints int, resp *http.Response, body []byte) {
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+			if code == http.StatusEarlyHints {
+				hints++
+			}
+			return nil
+		}}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL+"/pay", nil)
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k")
+		req.Header.Set("X-User", "alice")
+		resp, err = srv.Client().Do(req)
+		require.NoError(t, err)
+		body, err = io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		return hints, resp, body
+	}
+	hints, first, body := do()
+	require.Equal(t, 1, hints, "the first client gets the 103")
+	require.Equal(t, http.StatusCreated, first.StatusCode)
+	require.Equal(t, "abc", first.Trailer.Get("X-Checksum"), "the first client gets the trailer")
+	hints, again, body2 := do()
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	require.Zero(t, hints, "a 1xx is not replayed")
+	require.Empty(t, again.Trailer.Get("X-Checksum"), "a trailer is not replayed")
+	require.Equal(t, body, body2)
+	require.Equal(t, 1, runs)
 }

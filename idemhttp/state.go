@@ -107,9 +107,7 @@ func (st *state) close() {
 // none were staged. A staged error comes back as a *stageError, which the
 // store never takes for a permanent failure: it releases the key instead.
 func (st *state) effect() func(tx *oncekv.Tx) error {
-	st.mu.Lock()
-	staged := st.mu.staged
-	st.mu.Unlock()
+	staged := st.stagedFns()
 	if len(staged) == 0 {
 		return nil
 	}
@@ -121,6 +119,13 @@ func (st *state) effect() func(tx *oncekv.Tx) error {
 		}
 		return nil
 	}
+}
+
+// stagedFns returns the staged functions.
+func (st *state) stagedFns() []func(*oncekv.Tx) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.mu.staged
 }
 
 // stageError carries a staged write's error through Claim.Complete. It has
