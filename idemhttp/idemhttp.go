@@ -141,7 +141,10 @@ func retryAfter(err error, now time.Time, fallback time.Duration) time.Duration 
 // retryAfterSeconds rounds d up to whole seconds, at least 1: Retry-After
 // has no finer unit, and 0 would invite a client to retry at once.
 func retryAfterSeconds(d time.Duration) int64 {
-	s := int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++ // rounded up without adding to d, which may be near its maximum
+	}
 	return max(s, 1)
 }
 

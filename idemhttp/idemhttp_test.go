@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
@@ -310,7 +311,7 @@ func TestRetryAfterUsesTheLeaseEndWhenKnown(t *testing.T) {
 	require.Equal(t, 2500*time.Millisecond, idemhttp.RetryAfter(wrapped, now, time.Minute))
 	require.Equal(t, time.Minute, idemhttp.RetryAfter(oncekv.ErrInProgress, now, time.Minute))
 	require.Equal(t, time.Minute, idemhttp.RetryAfter(leaseErr{}, now, time.Minute), "a zero lease end is unknown")
-	for d, want := range map[time.Duration]int64{-time.Second: 1, 0: 1, time.Millisecond: 1, time.Second: 1, 1001 * time.Millisecond: 2, time.Minute: 60} {
+	for d, want := range map[time.Duration]int64{-time.Second: 1, 0: 1, time.Millisecond: 1, time.Second: 1, 1001 * time.Millisecond: 2, time.Minute: 60, math.MaxInt64: math.MaxInt64/int64(time.Second) + 1} {
 		require.Equal(t, want, idemhttp.RetryAfterSeconds(d), "%v", d)
 	}
 }
