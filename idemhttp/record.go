@@ -108,8 +108,12 @@ func decodeRecord(b []byte) (decoded, error) {
 // field reads one length-prefixed string.
 func field(b []byte) (string, []byte, error) {
 	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
+	switch {
+	case k <= 0 || n > uint64(len(b)-k):
 		return "", nil, fmt.Errorf("%w: truncated header section", errBadRecord)
+	case k != len(binary.AppendUvarint(nil, n)):
+		// Only the shortest encoding is written; another one is damage.
+		return "", nil, fmt.Errorf("%w: overlong length in header section", errBadRecord)
 	}
 	b = b[k:]
 	return string(b[:n]), b[n:], nil
