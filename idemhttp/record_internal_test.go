@@ -18,7 +18,9 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{recordVersion, flagBodyOmitted, 0, 200, 0, 0, 0, 0})
 	f.Add([]byte{recordVersion, 0, 0, 200, 0xff, 0xff, 0xff, 0xff})
-	f.Add(append(valid[:recordPrefix:recordPrefix], 0x81, 0x00, 'A', 0x00)) // an overlong length
+	overlong := make([]byte, recordPrefix)
+	setPrefix(overlong, 200, 0, false)
+	f.Add(append(overlong, 0x81, 0x00, 'A', 0x00)) // a header name length of 1 in two bytes
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := decodeRecord(b)
 		if err != nil {
