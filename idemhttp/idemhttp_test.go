@@ -280,7 +280,8 @@ func TestInProgressIs409WithRetryAfter(t *testing.T) {
 	}()
 	<-b.started
 
-	start := time.Now()
+	// The first request is held until this one has its answer, so an
+	// answer at all shows that the 409 did not wait for it.
 	rep := send(t, srv, c)
 	require.Equal(t, http.StatusConflict, rep.status)
 	typ, _ := problemOf(t, rep)
@@ -288,7 +289,6 @@ func TestInProgressIs409WithRetryAfter(t *testing.T) {
 	// The store does not say when the live lease ends yet, so Retry-After
 	// is the whole lease: the remaining lease never exceeds it.
 	require.Equal(t, "90", rep.header.Get("Retry-After"))
-	require.Less(t, time.Since(start), 30*time.Second, "409 must not wait for the running request")
 
 	b.free()
 	first := <-done
