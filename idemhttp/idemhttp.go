@@ -320,7 +320,8 @@ func storeKey(scope, key string) string {
 // downstreamKey is the stable key of a request, handed to external systems
 // by Key: the same on every retry and takeover of (handler, scope, key),
 // and different for every other triple. It is a hash, so it carries no
-// caller's identity downstream.
+// caller's identity downstream. It is derived here because claims do not
+// carry such a key yet; when they do, this is the one place to use it.
 func downstreamKey(req *oncekv.Request) string {
 	h := sha256.New()
 	io.WriteString(h, req.Handler)
