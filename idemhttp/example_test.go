@@ -1,0 +1,107 @@
+package idemhttp_test
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/idemhttp"
+)
+
+// A payments endpoint behind the middleware: the retry of a POST gets the
+// first answer back, and the order row commits with it.
+func ExampleNew() {
+	db, done := exampleDB()
+	defer done()
+
+	mw, err := idemhttp.New(db, &idemhttp.Options{
+		// The authenticated caller; here a header stands in for a session.
+		Scope: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	charges := 0
+	payments := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		charges++ // an external call would get idemhttp.Key(r) to deduplicate
+		err := idemhttp.Stage(r, func(tx *oncekv.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("order-1"), []byte("paid"))
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Location", "/orders/order-1")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "receipt R-1")
+	})
+	srv := httptest.NewServer(mw.Wrap(payments))
+	defer srv.Close()
+
+	for range 2 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount":1200}`))
+		req.Header.Set("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
+		req.Header.Set("X-User", "alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, resp.Header.Get("Location"), string(body), "replayed:", resp.Header.Get("Idempotent-Replayed") == "true")
+	}
+	fmt.Println("charges:", charges)
+	// Output:
+	// 201 /orders/order-1 receipt R-1 replayed: false
+	// 201 /orders/order-1 receipt R-1 replayed: true
+	// charges: 1
+}
+
+// The middleware's method value is the usual func(http.Handler)
+// http.Handler, for routers that chain middlewares.
+func ExampleMiddleware_Wrap() {
+	db, done := exampleDB()
+	defer done()
+	mw, err := idemhttp.New(db, &idemhttp.Options{
+		Scope:      func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
+		RequireKey: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var chain func(http.Handler) http.Handler = mw.Wrap
+	h := chain(http.NotFoundHandler())
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/payments", nil))
+	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
+	// Output:
+	// 400 application/problem+json
+}
+
+// exampleDB opens a store in a fresh temporary directory; done closes it
+// and removes the directory.
+func exampleDB() (db *oncekv.DB, done func()) {
+	dir, err := os.MkdirTemp("", "idemhttp-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err = oncekv.Open(filepath.Join(dir, "shop.db"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, func() {
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+	}
+}

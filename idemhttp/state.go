@@ -1,0 +1,136 @@
+package idemhttp
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+
+	"github.com/oncekv/oncekv"
+)
+
+// Errors of Stage.
+var (
+	// ErrNoClaim: Stage was called on a request the middleware does not
+	// hold a key for (no Idempotency-Key, a method it does not cover, or a
+	// request that did not pass through it). Write with DB.Update instead.
+	ErrNoClaim = errors.New("oncekv: idemhttp: the request holds no idempotency key")
+	// ErrStageClosed: Stage was called after the handler returned, when
+	// the response's transaction is already decided.
+	ErrStageClosed = errors.New("oncekv: idemhttp: the handler has returned; too late to stage a write")
+	// ErrNilStage: Stage was given a nil function.
+	ErrNilStage = errors.New("oncekv: idemhttp: nil staged write")
+)
+
+// stateKey is the context key of a claimed request's state.
+type stateKey struct{}
+
+// state is what the handler of a claimed request can reach through its
+// request.
+type state struct {
+	key   string // Claim.Key: stable across retries and takeovers
+	token uint64 // the claim's fencing token
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		staged []func(*oncekv.Tx) error
+	}
+}
+
+func stateOf(r *http.Request) *state {
+	if r == nil {
+		return nil
+	}
+	st, _ := r.Context().Value(stateKey{}).(*state)
+	return st
+}
+
+// Key returns the stable id of r's (scope, Idempotency-Key): the same on
+// every retry of the request, also after a crash and a takeover, and
+// different for every other caller or key. Pass it to external systems
+// (a payment gateway, a mailer) as their idempotency key. It is "" when r
+// holds no key (see ErrNoClaim).
+func Key(r *http.Request) string {
+	if st := stateOf(r); st != nil {
+		return st.key
+	}
+	return ""
+}
+
+// Token returns the fencing token of the claim r runs under: strictly
+// greater than that of any earlier claim of the same key, so an external
+// system that remembers the greatest token it has seen can refuse a late
+// zombie's call. It changes at every takeover, so it is never an
+// idempotency key (use Key). It is 0 when r holds no key.
+func Token(r *http.Request) uint64 {
+	if st := stateOf(r); st != nil {
+		return st.token
+	}
+	return 0
+}
+
+// Stage queues fn to run in the transaction that stores r's response, so
+// the handler's writes to the store's user buckets and the stored answer
+// commit together or not at all. Staged functions run in the order staged,
+// once the handler has returned and only if its response is stored (see
+// the package doc); the first error among them stores nothing, releases
+// the key and answers 500. fn must touch nothing outside tx. Stage may be
+// called from any goroutine until the handler returns.
+//
+// Errors: ErrNoClaim when r holds no key; ErrStageClosed after the handler
+// returned; ErrNilStage for a nil fn.
+func Stage(r *http.Request, fn func(tx *oncekv.Tx) error) error {
+	st := stateOf(r)
+	switch {
+	case st == nil:
+		return ErrNoClaim
+	case fn == nil:
+		return ErrNilStage
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.mu.closed {
+		return ErrStageClosed
+	}
+	st.mu.staged = append(st.mu.staged, fn)
+	return nil
+}
+
+// close ends staging; calling it again is harmless.
+func (st *state) close() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.mu.closed = true
+}
+
+// effect is the Complete effect running the staged writes, or nil when
+// none were staged. A staged error comes back as a *stageError, which the
+// store never takes for a permanent failure: it releases the key instead.
+func (st *state) effect() func(tx *oncekv.Tx) error {
+	staged := st.stagedFns()
+	if len(staged) == 0 {
+		return nil
+	}
+	return func(tx *oncekv.Tx) error {
+		for _, fn := range staged {
+			if err := fn(tx); err != nil {
+				return &stageError{err}
+			}
+		}
+		return nil
+	}
+}
+
+// stagedFns returns the staged functions.
+func (st *state) stagedFns() []func(*oncekv.Tx) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.mu.staged
+}
+
+// stageError carries a staged write's error through Claim.Complete. It has
+// no Unwrap on purpose: oncekv.Permanent inside must not make the store
+// record the key as failed, since the policy is to release it.
+type stageError struct{ err error }
+
+func (e *stageError) Error() string { return "oncekv: idemhttp: staged write: " + e.err.Error() }
