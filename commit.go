@@ -170,11 +170,8 @@ func (db *DB) decide(w *writeTx, ops []*op) error {
 			continue
 		}
 		mark := bucket.Mark{PayloadHash: o.hash, FirstSeen: now.UnixNano()}
-		window := db.placeMark(now)
 		if found != nil {
-			// Taking over an expired claim: the mark stays where it was
-			// first seen.
-			mark.FirstSeen, window = found.FirstSeen, found.Window
+			mark.FirstSeen = found.FirstSeen // taking over an expired claim
 		}
 		if o.failWith != nil {
 			mark.State, mark.Error = bucket.Failed, o.failWith.Error()
@@ -203,7 +200,12 @@ func (db *DB) decide(w *writeTx, ops []*op) error {
 			o.res, o.kind = Result{Response: resp}, outcomeApplied
 		}
 		o.res.FirstSeen = timeFromNano(mark.FirstSeen)
-		if err := w.putMark(window, o.mkey, &mark); err != nil {
+		if found != nil {
+			_, err = w.rewriteMark(found.Window, o.mkey, &mark)
+		} else {
+			err = w.putMark(db.placeMark(now), o.mkey, &mark)
+		}
+		if err != nil {
 			return fmt.Errorf("oncekv: write mark: %w", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package oncekv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,9 @@ type DB struct {
 	windows *window.Set
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock
+	// clockSaved, guarded by writeMu, is the store's time last saved in the
+	// file, Unix nanoseconds (see saveClockLocked).
+	clockSaved int64
 	// poisoned, guarded by writeMu, is set when a commit failed in a way
 	// that leaves the file's state in doubt; every later write returns it.
 	// See commitFailedLocked.
@@ -82,6 +86,14 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	}
 	_, statErr := os.Stat(path)
 	creating := errors.Is(statErr, fs.ErrNotExist)
+	asked := o.WindowSpan // zero: the file's
+	if creating && asked == 0 {
+		// Checked before the file exists, so bad options create nothing.
+		o.WindowSpan = DefaultWindowSpan
+		if err := o.validateWindows(); err != nil {
+			return nil, err
+		}
+	}
 
 	// bbolt reads the file's pages directly; on a damaged file it can panic
 	// where it expected structure. Users get an error instead.
@@ -108,12 +120,24 @@ func Open(path string, opts *Options) (db *DB, err error) {
 			return nil, fmt.Errorf("oncekv: open %q: sync directory: %w", path, err)
 		}
 	}
-	if err := initFile(b, o.Now().UnixNano()); err != nil {
+	span := cmp.Or(asked, DefaultWindowSpan)
+	if err := initFile(b, o.Now().UnixNano(), int64(span)); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
+	}
+	if o.WindowSpan, err = fileSpan(b, asked); err == nil {
+		err = o.validateWindows()
+	}
+	if err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
 	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b}
-	db.clock.now = o.Now
+	db.clock.now, db.clock.maxJump = o.Now, int64(o.MaxClockJump)
+	db.clock.warn = func(reading, high time.Time) {
+		db.log.Warn("clock jumped forward; keeping the store's time until the jump is confirmed",
+			"reading", reading.UTC(), "store_time", high.UTC(), "max_clock_jump", o.MaxClockJump)
+	}
 	if err := b.View(db.loadWindows); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
@@ -132,19 +156,61 @@ func Open(path string, opts *Options) (db *DB, err error) {
 
 // initFile checks the file in a read transaction, and only when it is new
 // creates the system buckets in a write transaction, so reopening an
-// existing store costs no fsync.
-func initFile(b *bolt.DB, now int64) error {
+// existing store costs no fsync. A new file records span as its windows'.
+func initFile(b *bolt.DB, now, span int64) error {
 	var fresh bool
 	if err := b.View(func(tx *bolt.Tx) (err error) {
-		fresh, err = bucket.Init(tx, now)
+		fresh, err = bucket.Init(tx, now, span)
 		return err
 	}); err != nil || !fresh {
 		return err
 	}
 	return b.Update(func(tx *bolt.Tx) error {
-		_, err := bucket.Init(tx, now)
+		_, err := bucket.Init(tx, now, span)
 		return err
 	})
+}
+
+// fileSpan returns the span the file's windows are made with. asked is
+// Options.WindowSpan, zero for "the file's". Every window end is computed
+// from the span, so opening with another one would end windows early, or
+// make them overlap, and drop marks before their retention: it is refused.
+//
+// A legacy file, written before the span was stored, was made with whatever
+// span its opens used; it is taken to be asked (or the old default, 1h),
+// which is what every open of it must have used for its marks to have
+// been kept right. A span its windows are not aligned to cannot be the
+// one, and is refused; otherwise it is recorded, once.
+func fileSpan(b *bolt.DB, asked time.Duration) (time.Duration, error) {
+	var stored int64
+	var legacy bool
+	var misaligned int64
+	want := int64(cmp.Or(asked, DefaultWindowSpan))
+	err := b.View(func(tx *bolt.Tx) (err error) {
+		if stored, legacy, err = bucket.ReadSpan(tx); err != nil || !legacy {
+			return err
+		}
+		return bucket.ForEachWindow(tx, false, func(start int64, _ *bolt.Bucket) error {
+			if start%want != 0 {
+				misaligned = start
+			}
+			return nil
+		})
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case legacy && misaligned != 0:
+		return 0, fmt.Errorf("%w: WindowSpan = %v: this file's window starting at %v was not made with it; "+
+			"open with the WindowSpan the file was written with", ErrInvalidOptions, time.Duration(want),
+			time.Unix(0, misaligned).UTC().Format(time.RFC3339))
+	case legacy:
+		return time.Duration(want), b.Update(func(tx *bolt.Tx) error { return bucket.UpgradeSpan(tx, want) })
+	case asked != 0 && int64(asked) != stored:
+		return 0, fmt.Errorf("%w: WindowSpan = %v: this file's windows are %v; open with WindowSpan %v, or 0 to use the file's",
+			ErrInvalidOptions, asked, time.Duration(stored), time.Duration(stored))
+	}
+	return time.Duration(stored), nil
 }
 
 func openError(path string, timeout time.Duration, err error) error {

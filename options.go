@@ -21,7 +21,17 @@ const (
 	DefaultBloomFalsePositiveRate = 0.01
 	DefaultExpireInterval         = time.Minute
 	DefaultExpireStep             = 10000
+	DefaultMaxClockJump           = 24 * time.Hour
 )
+
+// MaxWindows is the most windows Retention may span: Retention/WindowSpan
+// must not exceed it. Every live window costs a filter probe on each
+// look-up of an unseen key (and a B-tree look-up without filters), and a
+// filter of at least a few KiB; at 4096 windows a unique Apply with the
+// filters on still costs little next to its commit (BenchmarkManyWindows),
+// while 1-second windows over 7 days (604,800) made it milliseconds. It
+// allows 90 days of 1h windows, or 7 days of 3-minute ones.
+const MaxWindows = 4096
 
 // Options configures a DB. Pass nil to Open for all defaults; a zero field
 // takes its default. Open works on a copy, so the caller's struct is never
@@ -43,10 +53,19 @@ type Options struct {
 
 	// Retention is the dedup window: a key is deduplicated for at least
 	// this long after it was first seen; a retry after it is applied again.
-	// Default 7 days. Must be at least WindowSpan.
+	// Default 7 days. Must be at least WindowSpan, and at most MaxWindows
+	// times it. It may change from one Open to the next: the Retention in
+	// force is the one kept.
 	Retention time.Duration
 
-	// WindowSpan is the width of one time bucket of marks. Default 1h.
+	// WindowSpan is the width of one time bucket of marks. A file keeps
+	// the span it was created with, because its windows' ends are computed
+	// from it: zero means the file's span (1h for a new file), and another
+	// value than the file's is refused with ErrInvalidOptions. A file
+	// written before the span was stored is taken to have been made with
+	// the span of its first Open by this version (zero meaning 1h, as
+	// before), which is then recorded; one whose windows are not aligned to
+	// it is refused.
 	WindowSpan time.Duration
 
 	// ExpireInterval is how often expiry runs in the background. Default
@@ -59,6 +78,19 @@ type Options struct {
 
 	// Now is the clock. Default time.Now. Tests inject a fake one.
 	Now func() time.Time
+
+	// MaxClockJump bounds how far ahead of the latest reading the store
+	// believes Now at once. A reading further ahead (a bad NTP answer, a
+	// VM clock glitch) is held back: the store's time stays where it was
+	// until three readings in a row agree (within MaxClockJump of each
+	// other) on the new time; a reading back in range ends the episode.
+	// Each episode is logged at warn level and counted in
+	// Stats.ClockJumps. So one wild reading cannot issue a lease that
+	// lasts decades, open a window in the future or expire every mark.
+	// The first reading after Open is taken as is: a stopped process
+	// cannot tell downtime from a jump. Default 24h; negative disables the
+	// bound.
+	MaxClockJump time.Duration
 
 	// BloomFalsePositiveRate is the target false-positive rate of the
 	// in-memory Bloom filter kept per window, which lets a key never seen
@@ -92,9 +124,6 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
-	if c.WindowSpan == 0 {
-		c.WindowSpan = DefaultWindowSpan
-	}
 	if c.ExpireInterval == 0 {
 		c.ExpireInterval = DefaultExpireInterval
 	}
@@ -103,6 +132,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.MaxClockJump == 0 {
+		c.MaxClockJump = DefaultMaxClockJump
 	}
 	if c.BloomFalsePositiveRate == 0 {
 		c.BloomFalsePositiveRate = DefaultBloomFalsePositiveRate
@@ -138,10 +170,31 @@ func (o *Options) validate() error {
 	if o.MaxGroupSize < 0 {
 		bad("MaxGroupSize", o.MaxGroupSize, "must be positive (zero means the default)")
 	}
-	if err := o.window().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidOptions, err))
+	switch {
+	case o.WindowSpan < 0:
+		bad("WindowSpan", o.WindowSpan, "must be positive (zero means the file's, 1h for a new file)")
+	case o.WindowSpan == 0:
+		// Checked against Retention once the file's span is known.
+		if o.Retention < 0 {
+			bad("Retention", o.Retention, "must be positive (zero means the default)")
+		}
+	default:
+		errs = append(errs, o.validateWindows())
 	}
 	return errors.Join(errs...)
+}
+
+// validateWindows checks Retention against WindowSpan.
+func (o *Options) validateWindows() error {
+	if err := o.window().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	if n := o.Retention / o.WindowSpan; n > MaxWindows {
+		return fmt.Errorf("%w: Retention %v / WindowSpan %v is %d windows, over the limit of MaxWindows = %d: "+
+			"make WindowSpan at least %v or Retention shorter",
+			ErrInvalidOptions, o.Retention, o.WindowSpan, n, MaxWindows, (o.Retention+MaxWindows-1)/MaxWindows)
+	}
+	return nil
 }
 
 func (o *Options) window() window.Config {

@@ -28,12 +28,16 @@ type writeTx struct {
 	written map[uint64]struct{}
 	// opened lists windows this transaction created.
 	opened map[int64]bool
+	// clockSaved: this transaction saves the store's clock (saveClockLocked).
+	clockSaved bool
 }
 
 type markedKey struct {
-	window int64
-	mkey   []byte
-	fresh  bool // a new mark, not a rewrite of one
+	window     int64
+	mkey       []byte
+	fresh      bool  // a new mark, not a rewrite of one
+	removed    bool  // moved out of window (see rewriteMark)
+	leaseUntil int64 // a new latest lease end of window, recorded; else 0
 }
 
 // write runs fn in a write transaction and commits it if fn returns nil.
@@ -63,6 +67,9 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 				db.current = nil
 				w.tx.end()
 			}()
+			if fnErr = db.saveClockLocked(w); fnErr != nil {
+				return fnErr
+			}
 			fnErr = fn(w)
 			if fnErr == nil {
 				db.crashAt(crashBeforeCommit)
@@ -83,6 +90,9 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		return err
 	}
 	db.stats.commits.Add(1)
+	if w.clockSaved {
+		db.clockSaved = w.now.UnixNano()
+	}
 	db.learnLocked(w.marked)
 	db.crashAt(crashAfterCommit)
 	return nil
