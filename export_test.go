@@ -34,3 +34,10 @@ var CrashPoints = map[string]CrashPoint{
 // the crash tests' child process kills itself there. Set it right after
 // Open, before any other call.
 func SetCrashHook(db *DB, hook func(CrashPoint)) { db.crashHook = hook }
+
+// PagesWritten returns how many pages bbolt has written to db's file since
+// Open, for the benchmarks that count what a commit writes.
+func PagesWritten(db *DB) int64 {
+	st := db.bolt.Stats()
+	return st.TxStats.GetWrite()
+}

@@ -422,9 +422,11 @@ func TestWindowCountIsBounded(t *testing.T) {
 	}{
 		{time.Second, 7 * 24 * time.Hour, false},
 		{time.Minute, 7 * 24 * time.Hour, false},
-		{time.Minute, 24 * time.Hour, true},
+		{2 * time.Minute, 24 * time.Hour, true},
+		{time.Minute, 24 * time.Hour, false},
 		{time.Hour, 365 * 24 * time.Hour, false},
-		{time.Hour, 90 * 24 * time.Hour, true},
+		{time.Hour, 42 * 24 * time.Hour, true},
+		{time.Hour, 43 * 24 * time.Hour, false},
 		{10 * time.Minute, 7 * 24 * time.Hour, true},
 	} {
 		t.Run(fmt.Sprintf("span-%v-retention-%v", tc.span, tc.retention), func(t *testing.T) {
@@ -448,4 +450,72 @@ func TestWindowCountIsBounded(t *testing.T) {
 	_, err = oncekv.Open(path, timeOpts(clock, 0, 30*24*time.Hour))
 	require.ErrorIs(t, err, oncekv.ErrInvalidOptions, "the file's 1m windows over 30 days are too many")
 	require.Contains(t, err.Error(), "WindowSpan")
+}
+
+// TestClockJumpConfirmedByAgreeingReadings: a forward jump over
+// MaxClockJump that is real (the clock stays there) is taken once three
+// readings agree on it, and counted once.
+func TestClockJumpConfirmedByAgreeingReadings(t *testing.T) {
+	for _, jump := range []time.Duration{25 * time.Hour, 30 * 24 * time.Hour} {
+		t.Run(jump.String(), func(t *testing.T) {
+			ctx := context.Background()
+			clock := oncetest.NewClock(epoch.Add(9 * time.Hour))
+			db := oncetest.Open(t, timeOpts(clock, time.Hour, 7*24*time.Hour))
+			applyKey(t, db, "before")
+			before := clock.Now()
+			clock.Advance(jump)
+			var firsts []time.Time
+			for i := range 4 {
+				res := applyKey(t, db, fmt.Sprint("after", i)) // one reading each
+				firsts = append(firsts, res.FirstSeen)
+			}
+			require.True(t, firsts[0].Equal(before), "held back: %v", firsts[0])
+			require.True(t, firsts[1].Equal(before), "held back: %v", firsts[1])
+			require.True(t, firsts[3].Equal(clock.Now()), "taken after three agreeing readings: %v", firsts[3])
+			require.Equal(t, uint64(1), db.Stats().ClockJumps)
+			c, err := db.Claim(ctx, oncekv.Request{Handler: "h", Key: "job"}, time.Minute)
+			require.NoError(t, err)
+			require.True(t, c.LeaseUntil().Equal(clock.Now().Add(time.Minute)))
+		})
+	}
+}
+
+// TestRetentionChangeAtReopen: the Retention in force decides expiry, but
+// a claim taken under a longer one keeps its mark until its lease ends.
+func TestRetentionChangeAtReopen(t *testing.T) {
+	for _, tc := range []struct{ before, after, lease time.Duration }{
+		{24 * time.Hour, 2 * time.Hour, 20 * time.Hour},
+		{12 * time.Hour, time.Hour, 6 * time.Hour},
+	} {
+		t.Run(fmt.Sprintf("%v-to-%v-lease-%v", tc.before, tc.after, tc.lease), func(t *testing.T) {
+			ctx := context.Background()
+			clock := oncetest.NewClock(epoch.Add(30 * time.Minute))
+			path := filepath.Join(t.TempDir(), "x.db")
+			db, err := oncekv.Open(path, timeOpts(clock, time.Hour, tc.before))
+			require.NoError(t, err)
+			req := oncekv.Request{Handler: "h", Key: "job"}
+			c, err := db.Claim(ctx, req, tc.lease)
+			require.NoError(t, err)
+			end := c.LeaseUntil()
+			require.NoError(t, db.Close())
+
+			db, err = oncekv.Open(path, timeOpts(clock, 0, tc.after))
+			require.NoError(t, err)
+			defer db.Close()
+			for now := clock.Now(); now.Before(end); now = now.Add(30 * time.Minute) {
+				clock.Set(now)
+				applyKey(t, db, now.String())
+				_, err := db.Expire(ctx)
+				require.NoError(t, err)
+				_, err = db.Claim(ctx, req, time.Minute)
+				require.ErrorIs(t, err, oncekv.ErrInProgress, "%v before the lease ends", end.Sub(now))
+			}
+			clock.Set(end.Add(tc.after + time.Hour))
+			st, err := db.Expire(ctx)
+			require.NoError(t, err)
+			require.NotZero(t, st.Windows, "once the lease is over, the shorter retention is in force")
+			_, err = db.Claim(ctx, req, time.Minute)
+			require.NoError(t, err)
+		})
+	}
 }
