@@ -48,28 +48,10 @@ func BenchmarkClockSave(b *testing.B) {
 // live windows, 20 marks each, with the Bloom filters on and off: what
 // the limit on Retention/WindowSpan lets a store cost at worst.
 func BenchmarkManyWindows(b *testing.B) {
-	const perWindow = 20
-	open := func(b *testing.B, filters bool, windows int) *oncekv.DB {
-		clock := oncetest.NewClock(epoch)
-		opts := &oncekv.Options{
-			NoSync: true, Now: clock.Now, ExpireInterval: -1,
-			WindowSpan: time.Hour, Retention: time.Duration(windows) * time.Hour,
-		}
-		if !filters {
-			opts.BloomFalsePositiveRate = -1
-		}
-		db, err := oncekv.Open(filepath.Join(b.TempDir(), "x.db"), opts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { db.Close() })
-		fill(b, db, clock, perWindow*windows, windows, time.Hour)
-		clock.Advance(-time.Hour) // stay in the newest window
-		return db
-	}
 	for _, filters := range []bool{true, false} {
 		b.Run(fmt.Sprintf("bloom=%v/windows=168-vs-%d", filters, oncekv.MaxWindows), func(b *testing.B) {
-			few, many := open(b, filters, 168), open(b, filters, oncekv.MaxWindows)
+			few := openWindows(b, filters, 168, 20, 168*time.Hour)
+			many := openWindows(b, filters, oncekv.MaxWindows, 20, oncekv.MaxWindows*time.Hour)
 			pair(b, 1, "168-windows", func(i uint64) { applyUnique(b, few, i) },
 				fmt.Sprintf("%d-windows", oncekv.MaxWindows), func(i uint64) { applyUnique(b, many, i) })
 		})

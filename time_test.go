@@ -227,11 +227,7 @@ func TestHeartbeatClaimOutlivesRetention(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("span-%v-retention-%v-lease-%v-every-%v", tc.span, tc.retention, tc.lease, tc.beat), func(t *testing.T) {
 			ctx := context.Background()
-			clock := oncetest.NewClock(epoch.Add(tc.span / 3))
-			db := oncetest.Open(t, timeOpts(clock, tc.span, tc.retention))
-			req := oncekv.Request{Handler: "h", Key: "beating"}
-			c, err := db.Claim(ctx, req, tc.lease)
-			require.NoError(t, err)
+			db, clock, req, c := openClaimed(t, epoch.Add(tc.span/3), tc.span, tc.retention, tc.lease)
 			began := clock.Now()
 			for clock.Now().Sub(began) < tc.total {
 				clock.Advance(tc.beat)
@@ -245,7 +241,7 @@ func TestHeartbeatClaimOutlivesRetention(t *testing.T) {
 				require.ErrorIs(t, err, oncekv.ErrInProgress)
 			}
 			require.NotZero(t, db.Stats().ExpiredWindows, "windows around the claim expired meanwhile")
-			_, err = c.Complete(ctx, []byte("done"), nil)
+			_, err := c.Complete(ctx, []byte("done"), nil)
 			require.NoError(t, err)
 		})
 	}
@@ -262,13 +258,9 @@ func TestClaimCompletedLateStaysDeduplicated(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("span-%v-retention-%v-completed-after-%v", tc.span, tc.retention, tc.after), func(t *testing.T) {
 			ctx := context.Background()
-			clock := oncetest.NewClock(epoch.Add(tc.span / 2))
-			db := oncetest.Open(t, timeOpts(clock, tc.span, tc.retention))
-			req := oncekv.Request{Handler: "h", Key: "late"}
-			c, err := db.Claim(ctx, req, tc.lease)
-			require.NoError(t, err)
+			db, clock, req, c := openClaimed(t, epoch.Add(tc.span/2), tc.span, tc.retention, tc.lease)
 			clock.Advance(tc.after)
-			_, err = db.Expire(ctx)
+			_, err := db.Expire(ctx)
 			require.NoError(t, err)
 			_, err = c.Complete(ctx, []byte("done"), nil)
 			require.NoError(t, err)
@@ -284,6 +276,18 @@ func TestClaimCompletedLateStaysDeduplicated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openClaimed opens a store on a clock at start and claims key "job" in it
+// for lease.
+func openClaimed(t *testing.T, start time.Time, span, retention, lease time.Duration) (*oncekv.DB, *oncetest.Clock, oncekv.Request, *oncekv.Claim) {
+	t.Helper()
+	clock := oncetest.NewClock(start)
+	db := oncetest.Open(t, timeOpts(clock, span, retention))
+	req := oncekv.Request{Handler: "h", Key: "job"}
+	c, err := db.Claim(context.Background(), req, lease)
+	require.NoError(t, err)
+	return db, clock, req, c
 }
 
 func mustNotRunApply(t *testing.T) func(*oncekv.Tx) ([]byte, error) {
