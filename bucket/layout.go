@@ -134,7 +134,7 @@ func Init(tx *bolt.Tx, createdUnixNano, span int64) (created bool, err error) {
 		if err := tx.Bucket(MetaRoot).Put(formatKey, rec.Marshal()); err != nil {
 			return false, fmt.Errorf("oncekv: write format record: %w", err)
 		}
-		if err := tx.Bucket(MetaRoot).Put(windowsKey, marshalSpan(span)); err != nil {
+		if err := tx.Bucket(MetaRoot).Put(windowsKey, Windows{Span: span}.Marshal()); err != nil {
 			return false, fmt.Errorf("oncekv: write windows record: %w", err)
 		}
 		return true, nil

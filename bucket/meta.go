@@ -74,25 +74,28 @@ const legacyFormat = 1
 
 const windowsFields = 1
 
-// marshalSpan encodes the windows record: the span every window of the
-// file was made with, in nanoseconds. Window ends are computed from it, so
-// a store opened with another span would end windows early (or make them
-// overlap) and drop marks before their retention.
-func marshalSpan(span int64) []byte {
+// Windows is the windows record: the span every window of the file was
+// made with, in nanoseconds. Window ends are computed from it, so a store
+// opened with another span would end windows early (or make them overlap)
+// and drop marks before their retention.
+type Windows struct{ Span int64 }
+
+// Marshal encodes the record.
+func (w Windows) Marshal() []byte {
 	return record.Seal(func(enc *msgpack.Encoder) error {
-		return errors.Join(enc.EncodeArrayLen(windowsFields), enc.EncodeInt64(span))
+		return errors.Join(enc.EncodeArrayLen(windowsFields), enc.EncodeInt64(w.Span))
 	})
 }
 
-func unmarshalSpan(raw []byte) (span int64, err error) {
-	err = record.Unseal(raw, windowsFields, func(dec *msgpack.Decoder) (err error) {
-		span, err = dec.DecodeInt64()
-		if err == nil && span <= 0 {
-			err = fmt.Errorf("window span %d is not positive", span)
+// Unmarshal decodes and validates the record.
+func (w *Windows) Unmarshal(raw []byte) error {
+	return record.Unseal(raw, windowsFields, func(dec *msgpack.Decoder) (err error) {
+		w.Span, err = dec.DecodeInt64()
+		if err == nil && w.Span <= 0 {
+			err = fmt.Errorf("window span %d is not positive", w.Span)
 		}
 		return err
 	})
-	return span, err
 }
 
 // ReadSpan returns the window span the file's windows were made with, in
@@ -114,10 +117,11 @@ func ReadSpan(tx *bolt.Tx) (span int64, legacy bool, err error) {
 	case raw == nil:
 		return 0, false, fmt.Errorf("%w: format %d file has no %q record in %s", ErrCorrupt, f.Version, windowsKey, MetaRoot)
 	}
-	if span, err = unmarshalSpan(raw); err != nil {
+	var w Windows
+	if err = w.Unmarshal(raw); err != nil {
 		return 0, false, &RecordError{Bucket: string(MetaRoot), Key: string(windowsKey), Err: err}
 	}
-	return span, false, nil
+	return w.Span, false, nil
 }
 
 // UpgradeSpan records span as the window span of a legacy file and moves
@@ -130,7 +134,7 @@ func UpgradeSpan(tx *bolt.Tx, span int64) error {
 		return &RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
 	}
 	f.Version = FormatVersion
-	if err := meta.Put(windowsKey, marshalSpan(span)); err != nil {
+	if err := meta.Put(windowsKey, Windows{Span: span}.Marshal()); err != nil {
 		return mapBoltErr(err)
 	}
 	return mapBoltErr(meta.Put(formatKey, f.Marshal()))
@@ -199,6 +203,24 @@ func leases(tx *bolt.Tx) (*bolt.Bucket, error) {
 
 const leaseFields = 1
 
+// LeaseEnd is the record of a window's latest lease end, Unix nanoseconds.
+type LeaseEnd struct{ End int64 }
+
+// Marshal encodes the record.
+func (l LeaseEnd) Marshal() []byte {
+	return record.Seal(func(enc *msgpack.Encoder) error {
+		return errors.Join(enc.EncodeArrayLen(leaseFields), enc.EncodeInt64(l.End))
+	})
+}
+
+// Unmarshal decodes and validates the record.
+func (l *LeaseEnd) Unmarshal(raw []byte) error {
+	return record.Unseal(raw, leaseFields, func(dec *msgpack.Decoder) (err error) {
+		l.End, err = dec.DecodeInt64()
+		return err
+	})
+}
+
 // PutLeaseEnd records end (Unix nanoseconds) as the latest end of a lease
 // of a claim in the window starting at start. Expiry keeps the window until
 // then, so a live claim never loses its mark to expiry.
@@ -207,10 +229,7 @@ func PutLeaseEnd(tx *bolt.Tx, start, end int64) error {
 	if err != nil {
 		return err
 	}
-	rec := record.Seal(func(enc *msgpack.Encoder) error {
-		return errors.Join(enc.EncodeArrayLen(leaseFields), enc.EncodeInt64(end))
-	})
-	return mapBoltErr(b.Put(filterKey(start), rec))
+	return mapBoltErr(b.Put(filterKey(start), LeaseEnd{End: end}.Marshal()))
 }
 
 // ForEachLeaseEnd calls fn with every window's recorded latest lease end.
@@ -224,15 +243,11 @@ func ForEachLeaseEnd(tx *bolt.Tx, fn func(start, end int64) error) error {
 			return &RecordError{Bucket: string(LeasesRoot), Key: fmt.Sprintf("%x", k), Err: errors.New("key is not a window start")}
 		}
 		start := int64(binary.BigEndian.Uint64(k) ^ (1 << 63))
-		var end int64
-		err := record.Unseal(v, leaseFields, func(dec *msgpack.Decoder) (err error) {
-			end, err = dec.DecodeInt64()
-			return err
-		})
-		if err != nil {
+		var l LeaseEnd
+		if err := l.Unmarshal(v); err != nil {
 			return &RecordError{Bucket: string(LeasesRoot), Key: fmt.Sprint(start), Err: err}
 		}
-		return fn(start, end)
+		return fn(start, l.End)
 	})
 }
 
