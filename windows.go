@@ -121,7 +121,8 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
 // findMarkFrom is findMark for a request that has already looked, in an
 // earlier snapshot, in every window starting before from, and found nothing.
 // Those windows were sealed then: a new mark only ever goes into the newest
-// window, so a sealed window never gains a key, and what a snapshot did not
+// window, and a mark that moves (see rewriteMark) into the newest or a newer
+// one, so a sealed window never gains a key, and what a snapshot did not
 // find there is not there now. The write path of such a request looks only
 // in the window or two that can still change, so its cost does not grow
 // with the number of live windows.
