@@ -75,6 +75,11 @@ func (c *monotonicClock) readRaw() (store, raw time.Time) {
 			return time.Unix(0, high), raw
 		case jump && !c.confirm(n, high):
 			return time.Unix(0, high), raw
+		case jump:
+			// Confirmed: taken whatever another reader did meanwhile, so
+			// that a lost race cannot start a new episode.
+			c.atLeast(n)
+			return time.Unix(0, max(n, c.high.Load())), raw
 		case c.high.CompareAndSwap(high, n):
 			return raw, raw
 		}

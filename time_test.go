@@ -1,16 +1,21 @@
 package oncekv_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
@@ -313,6 +318,8 @@ func TestOneFutureClockReadingDoesNotFreezeTheStore(t *testing.T) {
 			clock := oncetest.NewClock(epoch.Add(9 * time.Hour))
 			path := filepath.Join(t.TempDir(), "x.db")
 			opts := timeOpts(clock, span, retention)
+			var logged lockedBuffer
+			opts.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 			db, err := oncekv.Open(path, opts)
 			require.NoError(t, err)
 			applyKey(t, db, "before")
@@ -322,6 +329,7 @@ func TestOneFutureClockReadingDoesNotFreezeTheStore(t *testing.T) {
 			clock.Advance(-tc.jump) // ...and the clock is right again
 			clock.Advance(time.Minute)
 			require.Equal(t, uint64(1), db.Stats().ClockJumps)
+			require.Contains(t, logged.String(), "level=WARN msg=\"clock jumped forward")
 
 			for round := range 2 { // before and after a restart
 				req := oncekv.Request{Handler: "h", Key: fmt.Sprint("job", round)}
@@ -348,6 +356,24 @@ func TestOneFutureClockReadingDoesNotFreezeTheStore(t *testing.T) {
 			require.NoError(t, db.Close())
 		})
 	}
+}
+
+// lockedBuffer is a bytes.Buffer for a logger, safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // clockChildEnv tells a re-executed test binary to run clockChild.
@@ -521,5 +547,45 @@ func TestRetentionChangeAtReopen(t *testing.T) {
 			_, err = db.Claim(ctx, req, time.Minute)
 			require.NoError(t, err)
 		})
+	}
+}
+
+// TestWildClockReadingsUnderConcurrency: a clock that answers 50 years
+// ahead on every 7th reading, read by concurrent claims: no lease ends
+// later than its length after the real time, no window opens in the
+// future, and the wild readings are counted.
+func TestWildClockReadingsUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	clock := oncetest.NewClock(epoch.Add(9 * time.Hour))
+	var readings atomic.Uint64
+	wild := func() time.Time {
+		if readings.Add(1)%7 == 0 {
+			return clock.Now().Add(50 * 365 * 24 * time.Hour)
+		}
+		return clock.Now()
+	}
+	opts := timeOpts(clock, time.Hour, 24*time.Hour)
+	opts.Now = wild
+	db := oncetest.Open(t, opts)
+	const lease = time.Minute
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				c, err := db.Claim(ctx, oncekv.Request{Handler: "h", Key: fmt.Sprint(g, "-", i)}, lease)
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.False(t, c.LeaseUntil().After(clock.Now().Add(lease)), "lease until %v", c.LeaseUntil())
+				if i%10 == 0 {
+					clock.Advance(time.Second)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NotZero(t, db.Stats().ClockJumps)
+	for _, w := range db.Stats().Windows {
+		require.False(t, w.Start.After(clock.Now()), "window opened in the future: %v", w.Start)
 	}
 }
