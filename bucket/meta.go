@@ -72,8 +72,6 @@ var windowsKey = []byte("windows")
 // record existed: their window span is not stored.
 const legacyFormat = 1
 
-const windowsFields = 1
-
 // Windows is the windows record: the span every window of the file was
 // made with, in nanoseconds. Window ends are computed from it, so a store
 // opened with another span would end windows early (or make them overlap)
@@ -81,21 +79,30 @@ const windowsFields = 1
 type Windows struct{ Span int64 }
 
 // Marshal encodes the record.
-func (w Windows) Marshal() []byte {
+func (w Windows) Marshal() []byte { return sealInt64(w.Span) }
+
+// Unmarshal decodes and validates the record.
+func (w *Windows) Unmarshal(raw []byte) (err error) {
+	if w.Span, err = unsealInt64(raw); err == nil && w.Span <= 0 {
+		err = fmt.Errorf("window span %d is not positive", w.Span)
+	}
+	return err
+}
+
+// sealInt64 encodes a record of one int64 field.
+func sealInt64(v int64) []byte {
 	return record.Seal(func(enc *msgpack.Encoder) error {
-		return errors.Join(enc.EncodeArrayLen(windowsFields), enc.EncodeInt64(w.Span))
+		return errors.Join(enc.EncodeArrayLen(1), enc.EncodeInt64(v))
 	})
 }
 
-// Unmarshal decodes and validates the record.
-func (w *Windows) Unmarshal(raw []byte) error {
-	return record.Unseal(raw, windowsFields, func(dec *msgpack.Decoder) (err error) {
-		w.Span, err = dec.DecodeInt64()
-		if err == nil && w.Span <= 0 {
-			err = fmt.Errorf("window span %d is not positive", w.Span)
-		}
+// unsealInt64 decodes a record of one int64 field.
+func unsealInt64(raw []byte) (v int64, err error) {
+	err = record.Unseal(raw, 1, func(dec *msgpack.Decoder) (err error) {
+		v, err = dec.DecodeInt64()
 		return err
 	})
+	return v, err
 }
 
 // ReadSpan returns the window span the file's windows were made with, in
@@ -201,24 +208,16 @@ func leases(tx *bolt.Tx) (*bolt.Bucket, error) {
 	return b, mapBoltErr(err)
 }
 
-const leaseFields = 1
-
 // LeaseEnd is the record of a window's latest lease end, Unix nanoseconds.
 type LeaseEnd struct{ End int64 }
 
 // Marshal encodes the record.
-func (l LeaseEnd) Marshal() []byte {
-	return record.Seal(func(enc *msgpack.Encoder) error {
-		return errors.Join(enc.EncodeArrayLen(leaseFields), enc.EncodeInt64(l.End))
-	})
-}
+func (l LeaseEnd) Marshal() []byte { return sealInt64(l.End) }
 
 // Unmarshal decodes and validates the record.
-func (l *LeaseEnd) Unmarshal(raw []byte) error {
-	return record.Unseal(raw, leaseFields, func(dec *msgpack.Decoder) (err error) {
-		l.End, err = dec.DecodeInt64()
-		return err
-	})
+func (l *LeaseEnd) Unmarshal(raw []byte) (err error) {
+	l.End, err = unsealInt64(raw)
+	return err
 }
 
 // PutLeaseEnd records end (Unix nanoseconds) as the latest end of a lease
