@@ -66,7 +66,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		// floor drops everything below it. A window holding a claim whose
 		// lease is still running is kept until it ends (and the newer ones
 		// with it), so a live claim never loses its mark.
-		if now < db.expiresAt(w.Start) || now < w.LeaseEnd.Load() {
+		if now < db.window.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {
 			break
 		}
 		floor = max(floor, db.window.End(w.Start))

@@ -238,12 +238,6 @@ func (db *DB) learnLocked(marked []markedKey) {
 	}
 }
 
-// expiresAt is when the window starting at start may expire by Retention
-// alone, in Unix nanoseconds.
-func (db *DB) expiresAt(start int64) int64 {
-	return db.window.End(start) + int64(db.opts.Retention)
-}
-
 // rewriteMark writes m, the new state of the key mkey whose mark was found
 // in window from, and returns the window it went into.
 //
@@ -267,7 +261,7 @@ func (w *writeTx) rewriteMark(from int64, mkey []byte, m *bucket.Mark) (int64, e
 		until = m.LeaseUntil
 	}
 	to := from
-	if db.expiresAt(from) < until {
+	if db.window.ExpiresAt(from) < until {
 		if to = db.placeMark(w.now); to != from {
 			if _, err := bucket.DeleteMark(w.btx, from, mkey); err != nil {
 				return 0, err
