@@ -527,12 +527,12 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 		return false
 	}
 	mark := bucket.Mark{PayloadHash: o.hash, FirstSeen: w.now.UnixNano()}
-	window := db.placeMark(w.now)
 	if found != nil {
-		// Taking over an expired claim: the mark stays where it was first
-		// seen, and takes a token greater than the claim's, so the holder's
-		// late Complete gets a *FenceError with both.
-		mark.FirstSeen, window = found.FirstSeen, found.Window
+		// Taking over an expired claim: the mark keeps its first-seen time
+		// (rewriteMark decides its window), and takes a token greater than
+		// the claim's, so the holder's late Complete gets a *FenceError
+		// with both.
+		mark.FirstSeen = found.FirstSeen
 		if mark.Token, err = bucket.NextClaimToken(w.btx); err != nil {
 			o.fail(outcomeAborted, err)
 			o.settled = true
@@ -576,7 +576,12 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 		return true
 	}
 	o.res.FirstSeen = timeFromNano(mark.FirstSeen)
-	if err := w.putMark(window, o.mkey, &mark); err != nil {
+	if found != nil {
+		_, err = w.rewriteMark(found.Window, o.mkey, &mark)
+	} else {
+		err = w.putMark(db.placeMark(w.now), o.mkey, &mark)
+	}
+	if err != nil {
 		o.fail(outcomeAborted, fmt.Errorf("oncekv: write mark: %w", err))
 		o.settled = true
 		return true

@@ -64,30 +64,35 @@ func fill(b *testing.B, db *oncekv.DB, clock *oncetest.Clock, n, windows int, sp
 // as windows are added; without, every window is one more B-tree look-up,
 // twice (snapshot and write path).
 func BenchmarkUnseenApply(b *testing.B) {
-	open := func(b *testing.B, filters bool, windows int) *oncekv.DB {
-		clock := oncetest.NewClock(epoch)
-		opts := &oncekv.Options{NoSync: true, Now: clock.Now, ExpireInterval: -1, Retention: 7 * 24 * time.Hour}
-		if !filters {
-			opts.BloomFalsePositiveRate = -1
-		}
-		db, err := oncekv.Open(filepath.Join(b.TempDir(), "x.db"), opts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { db.Close() })
-		fill(b, db, clock, 2000*windows, windows, time.Hour)
-		clock.Advance(-time.Hour) // stay in the newest window
-		return db
-	}
 	for _, filters := range []bool{true, false} {
 		for _, windows := range []int{24, 168} {
 			b.Run(fmt.Sprintf("bloom=%v/windows=1-vs-%d", filters, windows), func(b *testing.B) {
-				one, many := open(b, filters, 1), open(b, filters, windows)
+				one := openWindows(b, filters, 1, 2000, 7*24*time.Hour)
+				many := openWindows(b, filters, windows, 2000, 7*24*time.Hour)
 				pair(b, 1, "1-window", func(i uint64) { applyUnique(b, one, i) },
 					fmt.Sprintf("%d-windows", windows), func(i uint64) { applyUnique(b, many, i) })
 			})
 		}
 	}
+}
+
+// openWindows opens a store (sync off; filters on or off) with retention,
+// fills the given number of 1h windows with perWindow unique marks each,
+// and leaves its clock in the newest window.
+func openWindows(b *testing.B, filters bool, windows, perWindow int, retention time.Duration) *oncekv.DB {
+	clock := oncetest.NewClock(epoch)
+	opts := &oncekv.Options{NoSync: true, Now: clock.Now, ExpireInterval: -1, Retention: retention}
+	if !filters {
+		opts.BloomFalsePositiveRate = -1
+	}
+	db, err := oncekv.Open(filepath.Join(b.TempDir(), "x.db"), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	fill(b, db, clock, perWindow*windows, windows, time.Hour)
+	clock.Advance(-time.Hour) // stay in the newest window
+	return db
 }
 
 // BenchmarkExpireLargeWindow expires one window of benchMarks marks while

@@ -182,13 +182,16 @@ func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
 		Token:       token,
 		FirstSeen:   w.now.UnixNano(),
 	}
-	window := c.db.placeMark(w.now)
 	if found != nil {
 		// Taking over an expired or released claim: the mark stays in the
-		// window where the key was first seen.
-		mark.FirstSeen, window = found.FirstSeen, found.Window
+		// window where the key was first seen, unless it would expire there
+		// before the new lease ends.
+		mark.FirstSeen = found.FirstSeen
+		_, err = w.rewriteMark(found.Window, o.mkey, &mark)
+	} else {
+		err = w.putMarkLeased(c.db.placeMark(w.now), o.mkey, &mark)
 	}
-	if err := w.putMark(window, o.mkey, &mark); err != nil {
+	if err != nil {
 		return fmt.Errorf("oncekv: write mark: %w", err)
 	}
 	// c is not shared yet, so its fields need no lock.
@@ -301,7 +304,8 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 			mark := m.Mark
 			mark.LeaseUntil = leaseEnd(w.now, lease)
 			until = mark.LeaseUntil
-			return w.putMark(m.Window, c.mkey, &mark)
+			_, err := w.rewriteMark(m.Window, c.mkey, &mark)
+			return err
 		})
 		if err == nil {
 			c.mu.leaseUntil = timeFromNano(until)
@@ -347,7 +351,8 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *T
 			mark := m.Mark
 			mark.State, mark.Response, mark.LeaseUntil = bucket.Done, resp, 0
 			first = m.FirstSeen
-			return w.putMark(m.Window, c.mkey, &mark)
+			_, err := w.rewriteMark(m.Window, c.mkey, &mark)
+			return err
 		})
 		if IsPermanent(err) {
 			// The effect failed for good: record that, as Apply would.
@@ -405,8 +410,10 @@ func (c *Claim) failLocked(ctx context.Context, cause error) error {
 			mark.State, mark.Error, mark.LeaseUntil = bucket.Failed, msg, 0
 		} else {
 			mark.LeaseUntil = releasedLease
+			return w.putMark(m.Window, c.mkey, &mark) // released: nothing to outlive
 		}
-		return w.putMark(m.Window, c.mkey, &mark)
+		_, err := w.rewriteMark(m.Window, c.mkey, &mark)
+		return err
 	})
 	switch {
 	case err != nil:

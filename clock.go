@@ -1,37 +1,126 @@
 package oncekv
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// monotonicClock is Options.Now made to never go backwards. Clocks step
-// back (NTP corrections, a VM restored from a snapshot); a lease that has
-// expired must stay expired, or a worker that was taken over could look
-// alive again. Expiry alone reads the raw clock, so that a step back only
-// delays it and never drops a mark early.
+// clockConfirmReadings is how many readings in a row must agree on a
+// forward jump over Options.MaxClockJump before the store takes it. One
+// wild reading (a bad NTP answer) is then never taken; a clock that was
+// really moved on is taken after a few calls.
+const clockConfirmReadings = 3
+
+// clockSaveEvery is how far the store's clock must have moved since it was
+// last saved before a write transaction saves it again (piggy-backed on the
+// transaction, see saveClockLocked). Under load that is one small extra
+// write a second, not one per commit; after a crash the store's clock
+// resumes at most this much before the last commit's reading.
+const clockSaveEvery = time.Second
+
+// monotonicClock is Options.Now made to never go backwards, and to take a
+// forward jump over a bound only once it is confirmed. Clocks step back (NTP
+// corrections, a VM restored from a snapshot); a lease that has expired
+// must stay expired, or a worker that was taken over could look alive
+// again. Clocks also glitch forward; one reading decades ahead must not
+// issue leases that end decades later, open a window there, or expire
+// everything.
 type monotonicClock struct {
-	now  func() time.Time
-	high atomic.Int64 // the latest reading, Unix nanoseconds
+	now     func() time.Time
+	maxJump int64 // Options.MaxClockJump in nanoseconds; <= 0: unbounded
+	high    atomic.Int64
+	// settled is false until the first reading after Open, which is taken
+	// as is: downtime and a jump look the same to a stopped process.
+	settled atomic.Bool
+	// jumps counts the forward jumps held back (Stats.ClockJumps).
+	jumps atomic.Uint64
+	// pending is set while a jump waits for confirmation, so the common
+	// reading takes no lock.
+	pending atomic.Bool
+	// warn logs a held-back jump; nil in tests of the clock alone.
+	warn func(reading, high time.Time)
+
+	mu struct {
+		sync.Mutex
+		pending int64 // the first reading of a held-back jump, Unix nanoseconds
+		agreed  int   // readings that agreed with it so far; 0: no jump pending
+	}
 }
 
-// read returns the later of the clock's reading and every earlier one.
+// read returns the store's time: the later of the clock's reading and
+// every earlier one taken, except a forward jump not yet confirmed, during
+// which it returns the time before the jump.
 func (c *monotonicClock) read() time.Time {
-	t := c.now()
-	n := t.UnixNano()
+	t, _ := c.readRaw()
+	return t
+}
+
+// readRaw is read that also returns the raw reading it was made from.
+func (c *monotonicClock) readRaw() (store, raw time.Time) {
+	raw = c.now()
+	n := raw.UnixNano()
+	first := !c.settled.Load()
+	if first {
+		c.settled.Store(true)
+	}
 	for {
 		high := c.high.Load()
-		if n <= high {
-			return time.Unix(0, high)
+		jump := !first && c.maxJump > 0 && n-high > c.maxJump
+		if !jump && c.pending.Load() {
+			c.settle() // back in range: the jump was a glitch
 		}
-		if c.high.CompareAndSwap(high, n) {
-			return t
+		switch {
+		case n <= high:
+			return time.Unix(0, high), raw
+		case jump && !c.confirm(n, high):
+			return time.Unix(0, high), raw
+		case jump:
+			// Confirmed: taken whatever another reader did meanwhile, so
+			// that a lost race cannot start a new episode.
+			c.atLeast(n)
+			return time.Unix(0, max(n, c.high.Load())), raw
+		case c.high.CompareAndSwap(high, n):
+			return raw, raw
 		}
 	}
 }
 
+// confirm records n, a reading more than maxJump ahead of high, and
+// reports whether enough readings in a row now agree on it.
+func (c *monotonicClock) confirm(n, high int64) bool {
+	c.mu.Lock()
+	fresh := c.mu.agreed == 0 || n < c.mu.pending-c.maxJump || n > c.mu.pending+c.maxJump
+	if fresh {
+		c.mu.pending, c.mu.agreed = n, 0
+	}
+	c.mu.agreed++
+	ok := c.mu.agreed >= clockConfirmReadings
+	if ok {
+		c.mu.agreed = 0
+	}
+	c.pending.Store(!ok)
+	c.mu.Unlock()
+	if fresh {
+		c.jumps.Add(1)
+		if c.warn != nil {
+			c.warn(time.Unix(0, n), time.Unix(0, high))
+		}
+	}
+	return ok
+}
+
+// settle ends a pending jump.
+func (c *monotonicClock) settle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.agreed = 0
+	c.pending.Store(false)
+}
+
 // atLeast raises the clock's floor to n, for what the file proves was
-// already seen (the newest window) when a store is reopened.
+// already seen (the saved high-water mark, the newest window) when a store
+// is reopened.
 func (c *monotonicClock) atLeast(n int64) {
 	for {
 		high := c.high.Load()

@@ -1,6 +1,7 @@
 package oncekv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -46,6 +46,9 @@ type DB struct {
 	windows *window.Set
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock
+	// clockSaved, guarded by writeMu, is the store's time last saved in the
+	// file, Unix nanoseconds (see saveClockLocked).
+	clockSaved int64
 	// poisoned, guarded by writeMu, is set when a commit failed in a way
 	// that leaves the file's state in doubt; every later write returns it.
 	// See commitFailedLocked.
@@ -57,10 +60,6 @@ type DB struct {
 	// (never the reverse) to check that correctness never rests on it.
 	filterHook func(maybe bool) bool
 
-	// savedClock is the clock's high-water mark as the file held it at
-	// Open, or as Expire last wrote it (Unix nanoseconds); see
-	// closeNeedsSave.
-	savedClock atomic.Int64
 	// orphansUpTo is the last claim token issued before this Open: a claim
 	// with a token up to it was taken by a process that is gone (see
 	// orphan.go). 0 with Options.KeepOrphanedClaims.
@@ -96,6 +95,14 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	}
 	_, statErr := os.Stat(path)
 	creating := errors.Is(statErr, fs.ErrNotExist)
+	asked := o.WindowSpan // zero: the file's
+	if creating && asked == 0 {
+		// Checked before the file exists, so bad options create nothing.
+		o.WindowSpan = DefaultWindowSpan
+		if err := o.validateWindows(); err != nil {
+			return nil, err
+		}
+	}
 
 	// bbolt reads the file's pages directly; on a damaged file it can panic
 	// where it expected structure. Users get an error instead.
@@ -124,7 +131,15 @@ func Open(path string, opts *Options) (db *DB, err error) {
 			return nil, fmt.Errorf("oncekv: open %q: sync directory: %w", path, err)
 		}
 	}
-	if err := initFile(b, o.Now().UnixNano(), o.ReadOnly); err != nil {
+	span := cmp.Or(asked, DefaultWindowSpan)
+	if err := initFile(b, o.Now().UnixNano(), int64(span), o.ReadOnly); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
+	}
+	if o.WindowSpan, err = fileSpan(b, asked, o.ReadOnly); err == nil {
+		err = o.validateWindows()
+	}
+	if err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
@@ -135,9 +150,13 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		unlock: db.writeMu.Unlock,
 		commit: func(batch []*op) { _ = db.commitOpsLocked(batch) },
 	}, o.MaxGroupSize)
-	db.clock.now = o.Now
+	db.clock.now, db.clock.maxJump = o.Now, int64(o.MaxClockJump)
+	db.clock.warn = func(reading, high time.Time) {
+		db.log.Warn("clock jumped forward; keeping the store's time until the jump is confirmed",
+			"reading", reading.UTC(), "store_time", high.UTC(), "max_clock_jump", o.MaxClockJump)
+	}
 	if err := b.View(func(tx *bolt.Tx) error {
-		return errors.Join(db.loadWindows(tx), db.loadOrphanLine(tx), db.loadSavedClock(tx))
+		return errors.Join(db.loadWindows(tx), db.loadOrphanLine(tx))
 	}); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
@@ -156,11 +175,11 @@ func Open(path string, opts *Options) (db *DB, err error) {
 
 // initFile checks the file in a read transaction, and only when it is new
 // creates the system buckets in a write transaction, so reopening an
-// existing store costs no fsync.
-func initFile(b *bolt.DB, now int64, readOnly bool) error {
+// existing store costs no fsync. A new file records span as its windows'.
+func initFile(b *bolt.DB, now, span int64, readOnly bool) error {
 	var fresh bool
 	if err := b.View(func(tx *bolt.Tx) (err error) {
-		fresh, err = bucket.Init(tx, now)
+		fresh, err = bucket.Init(tx, now, span)
 		return err
 	}); err != nil || !fresh {
 		return err
@@ -169,9 +188,53 @@ func initFile(b *bolt.DB, now int64, readOnly bool) error {
 		return fmt.Errorf("%w: the file has no oncekv data yet; open it writable once", ErrReadOnly)
 	}
 	return b.Update(func(tx *bolt.Tx) error {
-		_, err := bucket.Init(tx, now)
+		_, err := bucket.Init(tx, now, span)
 		return err
 	})
+}
+
+// fileSpan returns the span the file's windows are made with. asked is
+// Options.WindowSpan, zero for "the file's". Every window end is computed
+// from the span, so opening with another one would end windows early, or
+// make them overlap, and drop marks before their retention: it is refused.
+//
+// A legacy file, written before the span was stored, was made with whatever
+// span its opens used; it is taken to be asked (or the old default, 1h),
+// which is what every open of it must have used for its marks to have
+// been kept right. A span its windows are not aligned to cannot be the
+// one, and is refused; otherwise it is recorded, once.
+func fileSpan(b *bolt.DB, asked time.Duration, readOnly bool) (time.Duration, error) {
+	var stored int64
+	var legacy bool
+	var misaligned int64
+	want := int64(cmp.Or(asked, DefaultWindowSpan))
+	err := b.View(func(tx *bolt.Tx) (err error) {
+		if stored, legacy, err = bucket.ReadSpan(tx); err != nil || !legacy {
+			return err
+		}
+		return bucket.ForEachWindow(tx, false, func(start int64, _ *bolt.Bucket) error {
+			if start%want != 0 {
+				misaligned = start
+			}
+			return nil
+		})
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case legacy && misaligned != 0:
+		return 0, fmt.Errorf("%w: WindowSpan = %v: this file's window starting at %v was not made with it; "+
+			"open with the WindowSpan the file was written with", ErrInvalidOptions, time.Duration(want),
+			time.Unix(0, misaligned).UTC().Format(time.RFC3339))
+	case legacy && readOnly:
+		return time.Duration(want), nil // recorded by the next writable open
+	case legacy:
+		return time.Duration(want), b.Update(func(tx *bolt.Tx) error { return bucket.UpgradeSpan(tx, want) })
+	case asked != 0 && int64(asked) != stored:
+		return 0, fmt.Errorf("%w: WindowSpan = %v: this file's windows are %v; open with WindowSpan %v, or 0 to use the file's",
+			ErrInvalidOptions, asked, time.Duration(stored), time.Duration(stored))
+	}
+	return time.Duration(stored), nil
 }
 
 func openError(path string, timeout, waited time.Duration, err error) error {

@@ -38,10 +38,13 @@
 //   - A context that is done before the commit applies nothing.
 //   - Unless Options.NoSync is set, Apply returns only after the commit is on
 //     disk (bbolt's fdatasync).
-//   - Marks are kept for at least Options.Retention after they were first
-//     seen. They live in time windows of Options.WindowSpan that expire
-//     whole (DB.Expire, and in the background), so the cost of expiry grows
-//     with what expires, never with what is live.
+//   - Marks are kept for at least Options.Retention (the one in force)
+//     after they were first seen, across any change of options. They live
+//     in time windows of Options.WindowSpan that expire whole (DB.Expire,
+//     and in the background), so the cost of expiry grows with what
+//     expires, never with what is live. A file keeps the WindowSpan it was
+//     created with: another one is refused with ErrInvalidOptions, and zero
+//     means the file's. Retention/WindowSpan is at most MaxWindows.
 //   - The Bloom filter kept per window is only a hint: "definitely not
 //     seen" skips that window's look-up, and "maybe" is always confirmed by
 //     the exact look-up. It learns a key only after the key's transaction
@@ -57,7 +60,14 @@
 //     payment gateway): the key is IN_PROGRESS under a lease and a fencing
 //     token until Complete or Fail. Lease expiry alone frees the key of a
 //     crashed worker, and a worker taken over gets ErrFenced, never a second
-//     say in the result.
+//     say in the result. A claim keeps its key for as long as its lease,
+//     extended or not, even past Retention: expiry keeps its window until
+//     the lease has ended. A claim completed (or failed for good) late is
+//     deduplicated for at least Retention after its completion.
+//   - A clock that steps back never revives an expired lease and never
+//     drops a live mark early, across a Close or a crash: the store's
+//     clock never goes back, and is saved in the file by Close, by expiry
+//     and by any write once it has moved a second since last saved.
 //
 // # Caveats
 //
@@ -86,6 +96,22 @@
 //     its lease the holder is safe from takeover, but a lease is time, and
 //     a process can pause past it; the token is what the external system
 //     should trust for order.
+//   - Time is Options.Now's, bounded. A forward jump over
+//     Options.MaxClockJump (24h by default) is held back until three
+//     readings in a row agree on it (logged at warn, counted in
+//     Stats.ClockJumps), so one wild reading cannot issue a lease that ends
+//     decades later or expire everything; while it is held back the
+//     store's time stands still, so a mark first seen then is dated before
+//     the jump and, if the jump was real, may expire that much sooner. The
+//     first reading after Open is taken as is (a stopped process cannot
+//     tell downtime from a jump). After a crash the store's clock resumes
+//     at most a second before the last commit's reading: a lease that had
+//     run out within that second, with no write since, can look live again
+//     until the clock passes its end.
+//   - A claim whose lease is longer than Retention keeps its window, and
+//     every newer window, from expiring until the lease ends: expiry drops
+//     windows oldest first. Recording a lease end costs a claim one small
+//     extra write.
 //   - One process per file: bbolt locks it, and a second Open fails with
 //     ErrLocked after Options.OpenTimeout.
 //   - An I/O error in a commit (EIO, a failed fsync) poisons the DB: every

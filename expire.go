@@ -37,7 +37,9 @@ type ExpireStats struct {
 // Expire (or the background expiry) finishes deleting them.
 //
 // A clock that jumps backwards only delays expiry: nothing is dropped
-// before its time by the clock's own account.
+// before its time by the clock's own account. A window holding a claim
+// whose lease has not run out is kept until it has, and so are the windows
+// after it.
 func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
 	if !db.life.enter() {
 		return ExpireStats{}, ErrClosed
@@ -56,12 +58,21 @@ func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
 }
 
 func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
-	now := db.opts.Now()
+	// The earlier of the store's time and the raw reading: a clock stepped
+	// back only delays expiry, and a forward jump not yet confirmed (see
+	// Options.MaxClockJump) expires nothing.
+	store, raw := db.clock.readRaw()
+	now := min(store.UnixNano(), raw.UnixNano())
 	floor := db.windows.Floor()
 	for _, w := range db.windows.Windows() {
-		if db.window.Expired(w.Start, now) {
-			floor = max(floor, db.window.End(w.Start))
+		// Windows go oldest first, and stop at the first one to keep: the
+		// floor drops everything below it. A window holding a claim whose
+		// lease is still running is kept until it ends (and the newer ones
+		// with it), so a live claim never loses its mark.
+		if now < db.window.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {
+			break
 		}
+		floor = max(floor, db.window.End(w.Start))
 	}
 	if floor > db.windows.Floor() {
 		// The clock's high-water mark goes with the floor (and is saved
@@ -73,7 +84,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor, ClockHigh: high})
 		}, func() {
 			db.windows.DropBelow(floor)
-			db.savedClock.Store(high)
+			db.clockSaved = high // learned under the write lock, as saveClockLocked's
 		}); err != nil {
 			return err
 		}

@@ -48,3 +48,10 @@ func QueuedApplies(db *DB) int {
 // message) a mark may hold, so a test can reach the limit without
 // allocating gigabytes. Set it right after Open.
 func SetMaxResponseSize(db *DB, n int) { db.maxResponse = n }
+
+// PagesWritten returns how many pages bbolt has written to db's file since
+// Open, for the benchmarks that count what a commit writes.
+func PagesWritten(db *DB) int64 {
+	st := db.bolt.Stats()
+	return st.TxStats.GetWrite()
+}

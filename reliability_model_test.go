@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -110,7 +112,8 @@ type storeModel struct {
 	high      int64 // the store's monotonic clock
 	saved     int64 // the clock's high-water mark as the file holds it
 	windows   map[int64]bool
-	newest    int64 // newest live window; math.MinInt64 when none
+	leaseEnds map[int64]int64 // latest lease end written in each window
+	newest    int64           // newest live window; math.MinInt64 when none
 	floor     int64
 	issued    map[string]uint64 // NextFence per resource
 	regVal    map[string]uint64
@@ -124,8 +127,8 @@ func runModel(t *testing.T, rt *rapid.T, hook func(bool) bool) {
 		clock:   oncetest.NewClock(time.Date(2026, 3, 1, 0, 30, 0, 0, time.UTC)),
 		marks:   map[string]*mMark{},
 		runs:    map[string]uint64{},
-		windows: map[int64]bool{},
-		newest:  math.MinInt64, floor: math.MinInt64, saved: math.MinInt64,
+		windows: map[int64]bool{}, leaseEnds: map[int64]int64{},
+		newest: math.MinInt64, floor: math.MinInt64, saved: math.MinInt64,
 		issued: map[string]uint64{}, regVal: map[string]uint64{}, regFence: map[string]uint64{},
 	}
 	m.open(rt)
@@ -194,6 +197,23 @@ func (m *storeModel) markIn(key string, w int64, mk *mMark) {
 	m.marks[key] = mk
 	m.windows[w] = true
 	m.newest = max(m.newest, w)
+}
+
+// keep returns the window a rewritten mark goes into: the one it is in,
+// unless that expires before until (its lease's end, or Retention after a
+// completion), then the window a new mark would go into now.
+func (m *storeModel) keep(w, now, until int64) int64 {
+	if w+int64(modelSpan)+int64(modelRetention) < until {
+		return m.place(now)
+	}
+	return w
+}
+
+// leased records a lease written in window w: expiry keeps w until it ends.
+func (m *storeModel) leased(w, until int64) {
+	if e, ok := m.leaseEnds[w]; !ok || until > e {
+		m.leaseEnds[w] = until
+	}
 }
 
 // reaches calls the store's clock for an operation of c that reaches the
@@ -304,7 +324,9 @@ func (m *storeModel) applyKey(rt *rapid.T, key string, payload byte) {
 	require.True(rt, ran, "the effect did not run for a free key")
 	window := int64(0)
 	if mk != nil {
-		window = mk.window // a takeover keeps the window first seen
+		// A takeover keeps the window first seen, unless the mark would
+		// expire there sooner than Retention from now.
+		window = m.keep(mk.window, now, now+int64(modelRetention))
 	} else {
 		window = m.place(now)
 	}
@@ -346,11 +368,12 @@ func (m *storeModel) claim(rt *rapid.T) {
 	m.lastToken = c.Token()
 	window := int64(0)
 	if mk != nil {
-		window = mk.window
+		window = m.keep(mk.window, now, now+int64(lease))
 	} else {
 		window = m.place(now)
 	}
 	m.markIn(key, window, &mMark{state: mClaimed, payload: payload, token: c.Token(), leaseUntil: now + int64(lease)})
+	m.leased(window, now+int64(lease))
 	m.claims = append(m.claims, &mClaim{c: c, key: key, token: c.Token()})
 }
 
@@ -388,7 +411,10 @@ func (m *storeModel) extend(rt *rapid.T) {
 	now := m.reaches(c)
 	if m.holds(rt, c, err) {
 		require.NoError(rt, err)
-		m.marks[c.key].leaseUntil = now + int64(lease)
+		mk := m.marks[c.key]
+		mk.leaseUntil = now + int64(lease)
+		m.markIn(c.key, m.keep(mk.window, now, mk.leaseUntil), mk)
+		m.leased(mk.window, mk.leaseUntil)
 	}
 }
 
@@ -400,7 +426,7 @@ func (m *storeModel) complete(rt *rapid.T) {
 		_, err := m.effect(c.key, nil, 0, &ran)(tx)
 		return err
 	})
-	m.reaches(c)
+	now := m.reaches(c)
 	if !m.holds(rt, c, err) {
 		require.False(rt, ran)
 		return
@@ -410,6 +436,7 @@ func (m *storeModel) complete(rt *rapid.T) {
 	require.Equal(rt, resp == nil, res.Response == nil)
 	mk := m.marks[c.key]
 	mk.state, mk.resp, mk.leaseUntil = mDone, resp, 0
+	m.markIn(c.key, m.keep(mk.window, now, now+int64(modelRetention)), mk) // deduplicated Retention after completion
 	m.runs[c.key]++
 	c.ended = true
 }
@@ -498,10 +525,17 @@ func (m *storeModel) expire(rt *rapid.T) {
 	now := m.clock.Now().UnixNano()
 	floor := m.floor
 	dropped := 0
-	for w := range m.windows {
-		if w >= m.floor && now-(w+int64(modelSpan)) >= int64(modelRetention) {
-			floor = max(floor, w+int64(modelSpan))
+	// Oldest first, up to the first window to keep: one not past its
+	// retention, or holding a lease that has not ended.
+	live := slices.Sorted(maps.Keys(m.windows))
+	for _, w := range live {
+		if w < m.floor {
+			continue
 		}
+		if now-(w+int64(modelSpan)) < int64(modelRetention) || now < m.leaseEnds[w] {
+			break
+		}
+		floor = max(floor, w+int64(modelSpan))
 	}
 	if floor > m.floor {
 		m.saved = m.now() // the expiry transaction reads the store's clock and saves it

@@ -91,6 +91,10 @@ type Stats struct {
 	// A retry of an expired key is applied again.
 	ExpiredWindows uint64
 	ExpiredMarks   uint64
+	// ClockJumps counts the forward jumps of Options.Now over
+	// Options.MaxClockJump since Open. Each was held back until three
+	// readings in a row confirmed it, or dropped when the clock came back.
+	ClockJumps uint64
 
 	// LiveMarks is the number of marks in the live windows (a gauge).
 	LiveMarks uint64
@@ -123,12 +127,14 @@ func (s Stats) Sub(other Stats) Stats {
 	d.BloomFalsePositives -= other.BloomFalsePositives
 	d.ExpiredWindows -= other.ExpiredWindows
 	d.ExpiredMarks -= other.ExpiredMarks
+	d.ClockJumps -= other.ClockJumps
 	return d
 }
 
 // Stats returns a snapshot of the counters since Open and the gauges now.
 func (db *DB) Stats() Stats {
 	st := db.stats.snapshot()
+	st.ClockJumps = db.clock.jumps.Load()
 	now := db.clock.read()
 	for _, w := range db.windows.Windows() {
 		ws := WindowStats{

@@ -27,6 +27,7 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 		return err
 	}
 	db.clock.atLeast(exp.ClockHigh)
+	db.clockSaved = exp.ClockHigh
 	var live []*window.Live
 	var buckets []*bolt.Bucket
 	err = bucket.ForEachWindow(tx, false, func(start int64, b *bolt.Bucket) error {
@@ -37,6 +38,17 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 		w.Marks.Store(int64(bucket.WindowMarks(b)))
 		live = append(live, w)
 		buckets = append(buckets, b)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	err = bucket.ForEachLeaseEnd(tx, func(start, end int64) error {
+		for _, w := range live {
+			if w.Start == start {
+				w.LeaseEnd.Store(end)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -109,7 +121,8 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
 // findMarkFrom is findMark for a request that has already looked, in an
 // earlier snapshot, in every window starting before from, and found nothing.
 // Those windows were sealed then: a new mark only ever goes into the newest
-// window, so a sealed window never gains a key, and what a snapshot did not
+// window, and a mark that moves (see rewriteMark) into the newest or a newer
+// one, so a sealed window never gains a key, and what a snapshot did not
 // find there is not there now. The write path of such a request looks only
 // in the window or two that can still change, so its cost does not grow
 // with the number of live windows.
@@ -209,6 +222,13 @@ func (db *DB) learnLocked(marked []markedKey) {
 			}
 			db.windows.Add(w)
 		}
+		if m.removed {
+			w.Marks.Add(-1) // the filter keeps the key: a false positive, never a false negative
+			continue
+		}
+		if m.leaseUntil > w.LeaseEnd.Load() {
+			w.LeaseEnd.Store(m.leaseUntil)
+		}
 		if !m.fresh {
 			continue
 		}
@@ -217,4 +237,81 @@ func (db *DB) learnLocked(marked []markedKey) {
 			w.Filter.Add(bloom.Sum64(m.mkey))
 		}
 	}
+}
+
+// rewriteMark writes m, the new state of the key mkey whose mark was found
+// in window from, and returns the window it went into.
+//
+// A mark must outlive what it promises: an IN_PROGRESS mark its lease, and
+// a DONE or FAILED mark written now Retention from now (a claim that
+// completes late is deduplicated for Retention after it completed). When
+// from expires before that, the mark moves to the window a new mark would
+// go into now, which expires later than now+Retention: the newest window
+// or a newer one, never a sealed one, so that sealed windows still never
+// gain a key (see findMarkFrom). Its FirstSeen stays. The old window's
+// filter keeps the key: a false positive, never a false negative; the new
+// window's filter learns it after the commit.
+//
+// An IN_PROGRESS mark whose lease ends later than any before it in its
+// window also records that end (bucket.PutLeaseEnd), and expiry keeps the
+// window until then: a lease longer than Retention still keeps its mark.
+func (w *writeTx) rewriteMark(from int64, mkey []byte, m *bucket.Mark) (int64, error) {
+	db := w.db
+	until := w.now.UnixNano() + int64(db.opts.Retention)
+	if m.State == bucket.InProgress {
+		until = m.LeaseUntil
+	}
+	to := from
+	if db.window.ExpiresAt(from) < until {
+		if to = db.placeMark(w.now); to != from {
+			if _, err := bucket.DeleteMark(w.btx, from, mkey); err != nil {
+				return 0, err
+			}
+			w.marked = append(w.marked, markedKey{window: from, mkey: mkey, removed: true})
+		}
+	}
+	return to, w.putMarkLeased(to, mkey, m)
+}
+
+// putMarkLeased is putMark for a mark that may hold a lease: see
+// rewriteMark.
+func (w *writeTx) putMarkLeased(window int64, mkey []byte, m *bucket.Mark) error {
+	if err := w.putMark(window, mkey, m); err != nil {
+		return err
+	}
+	if m.State != bucket.InProgress || m.LeaseUntil <= w.leaseEnd(window) {
+		return nil
+	}
+	w.marked[len(w.marked)-1].leaseUntil = m.LeaseUntil
+	return bucket.PutLeaseEnd(w.btx, window, m.LeaseUntil)
+}
+
+// leaseEnd is the latest lease end recorded for window, this transaction's
+// included.
+func (w *writeTx) leaseEnd(window int64) int64 {
+	end := int64(math.MinInt64)
+	if l := w.db.windows.Find(window); l != nil {
+		end = l.LeaseEnd.Load()
+	}
+	for _, m := range w.marked {
+		if m.window == window {
+			end = max(end, m.leaseUntil)
+		}
+	}
+	return end
+}
+
+// saveClockLocked piggy-backs the store's clock on w, a write transaction
+// about to run, when it has moved clockSaveEvery or more since it was last
+// saved. Without it, only Close and expiry saved the clock, and a crash
+// followed by a restart on a clock stepped back revived leases that had run
+// out. Saving on a commit that writes anyway costs one small record, and
+// at most once per clockSaveEvery under load, not once per commit.
+func (db *DB) saveClockLocked(w *writeTx) error {
+	now := w.now.UnixNano()
+	if db.clockSaved > now-int64(clockSaveEvery) {
+		return nil
+	}
+	w.clockSaved = true
+	return bucket.WriteExpiry(w.btx, bucket.Expiry{Floor: db.windows.Floor(), ClockHigh: now})
 }

@@ -34,6 +34,8 @@ type writeTx struct {
 	// bloomNegatives and bloomFalsePositives count the look-ups of this
 	// transaction, published with its outcome (see lookupCounts).
 	bloomNegatives, bloomFalsePositives uint64
+	// clockSaved: this transaction saves the store's clock (saveClockLocked).
+	clockSaved bool
 }
 
 // lookupCounts are the counters a transaction moves: refused fenced writes
@@ -109,9 +111,11 @@ func (l writeLock) LockContext(ctx context.Context) error {
 func (l writeLock) Unlock() { <-l }
 
 type markedKey struct {
-	window int64
-	mkey   []byte
-	fresh  bool // a new mark, not a rewrite of one
+	window     int64
+	mkey       []byte
+	fresh      bool  // a new mark, not a rewrite of one
+	removed    bool  // moved out of window (see rewriteMark)
+	leaseUntil int64 // a new latest lease end of window, recorded; else 0
 }
 
 // write runs fn in a write transaction and commits it if fn returns nil.
@@ -154,6 +158,9 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 				db.current = nil
 				w.tx.end()
 			}()
+			if fnErr = db.saveClockLocked(w); fnErr != nil {
+				return fnErr
+			}
 			fnErr = fn(w)
 			if fnErr == nil {
 				db.crashAt(crashBeforeCommit)
@@ -176,6 +183,9 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		return err
 	}
 	db.stats.commits.Add(1)
+	if w.clockSaved {
+		db.clockSaved = w.now.UnixNano()
+	}
 	db.learnLocked(w.marked)
 	db.unlearnLocked(w.unmarked)
 	db.crashAt(crashAfterCommit)

@@ -3,6 +3,7 @@ package bucket_test
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -25,5 +26,39 @@ func FuzzExpiryUnmarshal(f *testing.F) {
 			return
 		}
 		require.Equal(t, raw, e.Marshal())
+	})
+}
+
+// FuzzWindowsUnmarshal: the windows record's decoder never panics, accepts
+// only a positive span, and what it accepts encodes back to the same
+// bytes: a damaged span must not pass for another one.
+func FuzzWindowsUnmarshal(f *testing.F) {
+	for _, span := range []int64{-1, 0, 1, int64(time.Hour), math.MaxInt64} {
+		f.Add(bucket.Windows{Span: span}.Marshal())
+	}
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var w bucket.Windows
+		if err := w.Unmarshal(raw); err != nil {
+			return
+		}
+		require.Positive(t, w.Span)
+		require.Equal(t, raw, w.Marshal())
+	})
+}
+
+// FuzzLeaseEndUnmarshal: the lease-end record's decoder never panics, and
+// what it accepts encodes back to the same bytes.
+func FuzzLeaseEndUnmarshal(f *testing.F) {
+	for _, end := range []int64{math.MinInt64, 0, 1_700_000_000_000_000_000, math.MaxInt64} {
+		f.Add(bucket.LeaseEnd{End: end}.Marshal())
+	}
+	f.Add([]byte{1, 2, 3, 4, 5})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var l bucket.LeaseEnd
+		if err := l.Unmarshal(raw); err != nil {
+			return
+		}
+		require.Equal(t, raw, l.Marshal())
 	})
 }

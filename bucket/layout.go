@@ -19,6 +19,7 @@ var (
 	MetaRoot     = []byte("oncekv.meta")
 	FencesRoot   = []byte("oncekv.fences")
 	FiltersRoot  = []byte("oncekv.filters")
+	LeasesRoot   = []byte("oncekv.leases")
 	WindowPrefix = []byte("oncekv.window/")
 	UserPrefix   = []byte("u/")
 )
@@ -113,7 +114,10 @@ const MaxBucketNameSize = MaxKeySize - 2
 // the format record. A file that already has them is checked. Anything else
 // (another program's bbolt file, a file missing a system bucket) is
 // ErrNotOncekv or a corruption error, and nothing is written.
-func Init(tx *bolt.Tx, createdUnixNano int64) (created bool, err error) {
+//
+// span is the window span, in nanoseconds, that a new file's windows are
+// made with; it is stored with the format record (see [ReadSpan]).
+func Init(tx *bolt.Tx, createdUnixNano, span int64) (created bool, err error) {
 	if tx.Bucket(MetaRoot) == nil {
 		if err := checkEmpty(tx); err != nil {
 			return false, err
@@ -129,6 +133,9 @@ func Init(tx *bolt.Tx, createdUnixNano int64) (created bool, err error) {
 		rec := Format{Magic: FormatMagic, Version: FormatVersion, CreatedUnixNano: createdUnixNano}
 		if err := tx.Bucket(MetaRoot).Put(formatKey, rec.Marshal()); err != nil {
 			return false, fmt.Errorf("oncekv: write format record: %w", err)
+		}
+		if err := tx.Bucket(MetaRoot).Put(windowsKey, Windows{Span: span}.Marshal()); err != nil {
+			return false, fmt.Errorf("oncekv: write windows record: %w", err)
 		}
 		return true, nil
 	}

@@ -164,6 +164,9 @@ func ExpireSome(tx *bolt.Tx, start int64, max int) (deleted int, gone bool, err 
 			return deleted, false, mapBoltErr(err)
 		}
 	}
+	if err := deleteLeaseEnd(tx, start); err != nil {
+		return deleted, false, err
+	}
 	return deleted, true, DeleteFilter(tx, start)
 }
 

@@ -65,6 +65,88 @@ func ReadExpiry(tx *bolt.Tx) (Expiry, error) {
 
 const minInt64 = -1 << 63
 
+// windowsKey holds the windows record in MetaRoot.
+var windowsKey = []byte("windows")
+
+// legacyFormat is the format version of files written before the windows
+// record existed: their window span is not stored.
+const legacyFormat = 1
+
+// Windows is the windows record: the span every window of the file was
+// made with, in nanoseconds. Window ends are computed from it, so a store
+// opened with another span would end windows early (or make them overlap)
+// and drop marks before their retention.
+type Windows struct{ Span int64 }
+
+// Marshal encodes the record.
+func (w Windows) Marshal() []byte { return sealInt64(w.Span) }
+
+// Unmarshal decodes and validates the record.
+func (w *Windows) Unmarshal(raw []byte) (err error) {
+	if w.Span, err = unsealInt64(raw); err == nil && w.Span <= 0 {
+		err = fmt.Errorf("window span %d is not positive", w.Span)
+	}
+	return err
+}
+
+// sealInt64 encodes a record of one int64 field.
+func sealInt64(v int64) []byte {
+	return record.Seal(func(enc *msgpack.Encoder) error {
+		return errors.Join(enc.EncodeArrayLen(1), enc.EncodeInt64(v))
+	})
+}
+
+// unsealInt64 decodes a record of one int64 field.
+func unsealInt64(raw []byte) (v int64, err error) {
+	err = record.Unseal(raw, 1, func(dec *msgpack.Decoder) (err error) {
+		v, err = dec.DecodeInt64()
+		return err
+	})
+	return v, err
+}
+
+// ReadSpan returns the window span the file's windows were made with, in
+// nanoseconds. A file of the legacy format, written before the span was
+// stored, reports legacy and a zero span: see [UpgradeSpan].
+func ReadSpan(tx *bolt.Tx) (span int64, legacy bool, err error) {
+	meta := tx.Bucket(MetaRoot)
+	if meta == nil {
+		return 0, false, fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, MetaRoot)
+	}
+	var f Format
+	if err := f.Unmarshal(meta.Get(formatKey)); err != nil {
+		return 0, false, &RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+	}
+	raw := meta.Get(windowsKey)
+	switch {
+	case raw == nil && f.Version <= legacyFormat:
+		return 0, true, nil
+	case raw == nil:
+		return 0, false, fmt.Errorf("%w: format %d file has no %q record in %s", ErrCorrupt, f.Version, windowsKey, MetaRoot)
+	}
+	var w Windows
+	if err = w.Unmarshal(raw); err != nil {
+		return 0, false, &RecordError{Bucket: string(MetaRoot), Key: string(windowsKey), Err: err}
+	}
+	return w.Span, false, nil
+}
+
+// UpgradeSpan records span as the window span of a legacy file and moves
+// the file to the current format, so that older builds, which would ignore
+// the stored span, refuse it.
+func UpgradeSpan(tx *bolt.Tx, span int64) error {
+	meta := tx.Bucket(MetaRoot)
+	var f Format
+	if err := f.Unmarshal(meta.Get(formatKey)); err != nil {
+		return &RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+	}
+	f.Version = FormatVersion
+	if err := meta.Put(windowsKey, Windows{Span: span}.Marshal()); err != nil {
+		return mapBoltErr(err)
+	}
+	return mapBoltErr(meta.Put(formatKey, f.Marshal()))
+}
+
 // WriteExpiry stores the expiry record.
 func WriteExpiry(tx *bolt.Tx, e Expiry) error {
 	return mapBoltErr(tx.Bucket(MetaRoot).Put(expiryKey, e.Marshal()))
@@ -112,6 +194,67 @@ func DeleteFilter(tx *bolt.Tx, start int64) error {
 	b, err := filters(tx)
 	if err != nil || b == nil {
 		return err
+	}
+	return mapBoltErr(b.Delete(filterKey(start)))
+}
+
+// leases returns the lease-ends bucket, creating it in a writable
+// transaction: files created before it existed lack it.
+func leases(tx *bolt.Tx) (*bolt.Bucket, error) {
+	if b := tx.Bucket(LeasesRoot); b != nil || !tx.Writable() {
+		return b, nil
+	}
+	b, err := tx.CreateBucket(LeasesRoot)
+	return b, mapBoltErr(err)
+}
+
+// LeaseEnd is the record of a window's latest lease end, Unix nanoseconds.
+type LeaseEnd struct{ End int64 }
+
+// Marshal encodes the record.
+func (l LeaseEnd) Marshal() []byte { return sealInt64(l.End) }
+
+// Unmarshal decodes and validates the record.
+func (l *LeaseEnd) Unmarshal(raw []byte) (err error) {
+	l.End, err = unsealInt64(raw)
+	return err
+}
+
+// PutLeaseEnd records end (Unix nanoseconds) as the latest end of a lease
+// of a claim in the window starting at start. Expiry keeps the window until
+// then, so a live claim never loses its mark to expiry.
+func PutLeaseEnd(tx *bolt.Tx, start, end int64) error {
+	b, err := leases(tx)
+	if err != nil {
+		return err
+	}
+	return mapBoltErr(b.Put(filterKey(start), LeaseEnd{End: end}.Marshal()))
+}
+
+// ForEachLeaseEnd calls fn with every window's recorded latest lease end.
+func ForEachLeaseEnd(tx *bolt.Tx, fn func(start, end int64) error) error {
+	b := tx.Bucket(LeasesRoot)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		if len(k) != 8 {
+			return &RecordError{Bucket: string(LeasesRoot), Key: fmt.Sprintf("%x", k), Err: errors.New("key is not a window start")}
+		}
+		start := int64(binary.BigEndian.Uint64(k) ^ (1 << 63))
+		var l LeaseEnd
+		if err := l.Unmarshal(v); err != nil {
+			return &RecordError{Bucket: string(LeasesRoot), Key: fmt.Sprint(start), Err: err}
+		}
+		return fn(start, l.End)
+	})
+}
+
+// deleteLeaseEnd removes the lease end of the window starting at start.
+func deleteLeaseEnd(tx *bolt.Tx, start int64) error {
+	b := tx.Bucket(LeasesRoot)
+	if b == nil {
+		return nil
 	}
 	return mapBoltErr(b.Delete(filterKey(start)))
 }

@@ -319,4 +319,3 @@ func storeKey(scope, key string) string {
 	sum := sha256.Sum256([]byte(scope))
 	return hex.EncodeToString(sum[:16]) + "/" + key
 }
-

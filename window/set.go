@@ -16,6 +16,9 @@ type Live struct {
 	Filter *bloom.Filter
 	// Marks is the number of marks in the window.
 	Marks atomic.Int64
+	// LeaseEnd is the latest end of a lease of a claim written in the
+	// window, Unix nanoseconds: the window is kept at least until then.
+	LeaseEnd atomic.Int64
 }
 
 // Set is the list of live windows, oldest first. Readers take a snapshot

@@ -61,8 +61,13 @@ func (c Config) startOf(n int64) int64 {
 // starts at start.
 func (c Config) End(start int64) int64 { return start + int64(c.Span) }
 
+// ExpiresAt returns when, in Unix nanoseconds, the window starting at start
+// may be dropped by Retention alone: every mark in it was then first seen
+// at least Retention ago. (A claim's lease can keep it longer.)
+func (c Config) ExpiresAt(start int64) int64 { return c.End(start) + int64(c.Retention) }
+
 // Expired reports whether the window starting at start may be dropped at
-// now: every mark in it was first seen at least Retention ago.
+// now by Retention alone.
 func (c Config) Expired(start int64, now time.Time) bool {
-	return now.UnixNano()-c.End(start) >= int64(c.Retention)
+	return now.UnixNano() >= c.ExpiresAt(start)
 }
