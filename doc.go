@@ -79,6 +79,14 @@
 //     Within its lease the holder is safe from takeover, but a lease is
 //     time, and a process can pause past it; the token is what the
 //     external system should trust.
+//   - A long View can stall a writer. bbolt maps the file into memory and
+//     cannot move the map while a read transaction holds it, so the commit
+//     that grows the file past the map (Options.InitialMmapSize, 1 GiB by
+//     default on 64-bit platforms, then every further GiB) waits for every
+//     open View, and new Views wait behind it. Below that, readers never
+//     block writers. A write called from inside View's function (Apply,
+//     Claim, Update, ...) works while the file fits the map and deadlocks
+//     once it does not: never write from inside View.
 //   - One process per file: bbolt locks it, and a second Open fails with
 //     ErrLocked after Options.OpenTimeout.
 //   - An I/O error in a commit (EIO, a failed fsync) poisons the DB: every
