@@ -39,6 +39,32 @@ func fileSize(t *testing.T, path string) int64 {
 	return st.Size()
 }
 
+// holdView opens a View in another goroutine and returns once it is open;
+// closing release ends it, and viewDone then carries View's error.
+func holdView(db *oncekv.DB) (release chan struct{}, viewDone chan error) {
+	inView, release, viewDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		viewDone <- db.View(func(*oncekv.Tx) error {
+			close(inView)
+			<-release
+			return nil
+		})
+	}()
+	<-inView
+	return release, viewDone
+}
+
+// applyBig starts an Apply that writes n bytes in another goroutine; the
+// channel carries its error.
+func applyBig(db *oncekv.DB, n int) chan error {
+	applied := make(chan error, 1)
+	go func() {
+		_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "big"}, putBig("big", n))
+		applied <- err
+	}()
+	return applied
+}
+
 // TestViewDoesNotBlockGrowingWriter: with the default InitialMmapSize, an
 // Apply whose commit grows the file completes while a View is open. Before
 // the option, bbolt's map of a new file was 32 KiB, and that commit waited
@@ -50,20 +76,8 @@ func TestViewDoesNotBlockGrowingWriter(t *testing.T) {
 	defer func() { require.NoError(t, db.Close()) }()
 	before := fileSize(t, path)
 
-	inView, release, viewDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		viewDone <- db.View(func(*oncekv.Tx) error {
-			close(inView)
-			<-release
-			return nil
-		})
-	}()
-	<-inView
-	applied := make(chan error, 1)
-	go func() {
-		_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "big"}, putBig("big", 24<<20))
-		applied <- err
-	}()
+	release, viewDone := holdView(db)
+	applied := applyBig(db, 24<<20)
 	select {
 	case err := <-applied:
 		require.NoError(t, err)
@@ -85,20 +99,8 @@ func TestViewBlocksWriterPastInitialMmap(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 
-	inView, release, viewDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		viewDone <- db.View(func(*oncekv.Tx) error {
-			close(inView)
-			<-release
-			return nil
-		})
-	}()
-	<-inView
-	applied := make(chan error, 1)
-	go func() {
-		_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "big"}, putBig("big", 4<<20))
-		applied <- err
-	}()
+	release, viewDone := holdView(db)
+	applied := applyBig(db, 4<<20)
 	// While the View is open the writer cannot finish; this can only fail
 	// if it did, never because the machine is slow.
 	select {
