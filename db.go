@@ -260,12 +260,12 @@ func (db *DB) Update(fn func(tx *Tx) error) error {
 // View runs fn in a read-only transaction, which sees a consistent snapshot.
 // Readers never block each other, and a reader blocks a writer in one case
 // only: a commit that grows the file past bbolt's memory map
-// (Options.InitialMmapSize, 1 GiB by default, then every further GiB) must
-// remap it, and waits until every open View has returned; while it waits,
-// new Views wait behind it. So keep Views short: a long one can stall the
-// writer that crosses the map's end for as long as it stays open (and a
-// long read also keeps bbolt from reusing the pages it sees, so the file
-// grows).
+// (Options.InitialMmapSize: 1 GiB by default on 64-bit platforms but
+// Windows, then every further GiB) must remap it, and waits until every
+// open View has returned; while it waits, new Views wait behind it. So
+// keep Views short: a long one can stall the writer that crosses the
+// map's end for as long as it stays open (and a long read also keeps
+// bbolt from reusing the pages it sees, so the file grows).
 //
 // Do not call Apply, ApplyBatch, Claim, Update or any other write from
 // fn. Within the map it works; once the file outgrows the map, that write

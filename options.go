@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/oncekv/oncekv/window"
@@ -24,8 +25,8 @@ const (
 	DefaultExpireStep             = 10000
 
 	// DefaultInitialMmapSize is 1 GiB on 64-bit platforms and 64 MiB on
-	// 32-bit ones, whose whole address space is 2-4 GiB. See
-	// Options.InitialMmapSize.
+	// 32-bit ones, whose whole address space is 2-4 GiB. It is the
+	// default of Options.InitialMmapSize everywhere but on Windows.
 	DefaultInitialMmapSize = 1 << (26 + 4*(bits.UintSize/64))
 	// DefaultMaxHandlerStats is the default of Options.MaxHandlerStats.
 	DefaultMaxHandlerStats = 1000
@@ -86,8 +87,9 @@ type Options struct {
 
 	// InitialMmapSize is how much of the file bbolt maps into memory at
 	// Open, in bytes. Default DefaultInitialMmapSize (1 GiB on 64-bit
-	// platforms); at most 1 TiB (1 GiB on 32-bit platforms). A negative
-	// value maps only what the file needs, as bbolt does by default.
+	// platforms), except on Windows, where it is -1 (see below); at most
+	// 1 TiB (1 GiB on 32-bit platforms). A negative value maps only what
+	// the file needs, as bbolt does by default.
 	//
 	// Why: bbolt cannot move its memory map while a read transaction
 	// holds it, so a commit that grows the file past the map waits for
@@ -97,8 +99,9 @@ type Options struct {
 	// (the file still grows with the data; pages are read in only when
 	// used). Past 16 MiB of map, bbolt grows the file in 16 MiB steps, so
 	// a new store's file is about 16 MiB long, but sparse: it takes the
-	// disk space of its data. On Windows the file is extended to the
-	// whole map at Open, so set it to what the store will need there.
+	// disk space of its data. On Windows bbolt extends the file to the
+	// whole map at Open, taking that much disk, hence the default of -1
+	// there: set it to what the store will need.
 	InitialMmapSize int
 
 	// MaxHandlerStats caps how many handlers get an entry of their own in
@@ -151,6 +154,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.InitialMmapSize == 0 {
 		c.InitialMmapSize = DefaultInitialMmapSize
+		if runtime.GOOS == "windows" {
+			c.InitialMmapSize = -1 // a map there is a file that long on disk
+		}
 	}
 	if c.MaxHandlerStats == 0 {
 		c.MaxHandlerStats = DefaultMaxHandlerStats
