@@ -176,6 +176,9 @@ type statsCollector struct {
 		sync.Mutex
 		entries int
 	}
+	// full is set once the map holds maxHandlers entries, so that the
+	// counts of the handlers past the cap do not contend for mu.
+	full                atomic.Bool
 	other               handlerCounters
 	invalid             atomic.Uint64
 	commits             atomic.Uint64
@@ -205,9 +208,9 @@ func (s *statsCollector) countersOf(handler string) *handlerCounters {
 	if v, ok := s.handlers.Load(handler); ok {
 		return v.(*handlerCounters)
 	}
-	// A name no request could carry (an aborted call is counted before its
-	// request is validated) gets no entry either.
-	if handler == "" || len(handler) > bolt.MaxKeySize {
+	// Past the cap, and for a name no request could carry (an aborted call
+	// is counted before its request is validated), the overflow set.
+	if s.full.Load() || handler == "" || len(handler) > bolt.MaxKeySize {
 		return &s.other
 	}
 	s.mu.Lock()
@@ -220,6 +223,7 @@ func (s *statsCollector) addLocked(handler string) *handlerCounters {
 		return v.(*handlerCounters)
 	}
 	if s.mu.entries >= s.maxHandlers {
+		s.full.Store(true)
 		return &s.other
 	}
 	h := new(handlerCounters)
