@@ -76,11 +76,13 @@ func TestApplyBatchContextDoneAppliesNothing(t *testing.T) {
 	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
+	ran := false
 	_, err := db.ApplyBatch(ctx, []oncekv.Request{{Handler: "h", Key: "k"}}, func(*oncekv.Tx, int) ([]byte, error) {
-		t.Fatal("effect ran")
+		ran = true
 		return nil, nil
 	})
 	require.ErrorIs(t, err, context.Canceled)
+	require.False(t, ran, "effect ran")
 
 	res, err := db.ApplyBatch(context.Background(), nil, nil)
 	require.NoError(t, err)
@@ -89,7 +91,8 @@ func TestApplyBatchContextDoneAppliesNothing(t *testing.T) {
 
 // TestGroupCommitIsolatesFailures runs many concurrent Apply calls, some of
 // whose effects fail or panic, so groups roll back and re-run: the committed
-// state must hold exactly the successful effects, once each.
+// state must hold exactly the successful effects, once each. The workers
+// report what went wrong in errs; only the test's goroutine calls require.
 func TestGroupCommitIsolatesFailures(t *testing.T) {
 	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
 	ctx := context.Background()
@@ -97,47 +100,71 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	want := map[string]uint64{}
+	errs := make([]error, workers) // each worker's first problem
 	for w := range workers {
 		wg.Go(func() {
 			for i := range perWorker {
 				key := fmt.Sprintf("w%d-%d", w, i)
 				acct := fmt.Sprintf("acct%d", i%4)
 				req := oncekv.Request{Handler: "dep", Key: key}
+				var problem error
 				switch i % 5 {
 				case 1:
 					_, err := db.Apply(ctx, req, func(tx *oncekv.Tx) ([]byte, error) {
 						_, _ = deposit(acct, 1000)(tx)
 						return nil, errors.New("transient")
 					})
-					require.Error(t, err)
+					if err == nil {
+						problem = errors.New("a failing effect's Apply returned nil")
+					}
 				case 2:
-					require.Panics(t, func() {
+					p := panicOf(func() {
 						_, _ = db.Apply(ctx, req, func(tx *oncekv.Tx) ([]byte, error) {
 							_, _ = deposit(acct, 1000)(tx)
 							panic("effect panicked")
 						})
 					})
+					if p != "effect panicked" {
+						problem = fmt.Errorf("the effect's panic reached its caller as %v", p)
+					}
 				case 3:
 					_, err := db.Apply(ctx, req, func(tx *oncekv.Tx) ([]byte, error) {
 						_, _ = deposit(acct, 1000)(tx)
 						return nil, oncekv.Permanent(errors.New("permanent"))
 					})
-					require.ErrorIs(t, err, oncekv.ErrFailed)
+					if !errors.Is(err, oncekv.ErrFailed) {
+						problem = fmt.Errorf("permanent failure: want ErrFailed, got %v", err)
+					}
 				default:
 					_, err := db.Apply(ctx, req, deposit(acct, 1))
-					require.NoError(t, err)
+					if err != nil {
+						problem = err
+						break
+					}
 					mu.Lock()
 					want[acct]++
 					mu.Unlock()
+				}
+				if problem != nil {
+					errs[w] = fmt.Errorf("%s: %w", key, problem)
+					return
 				}
 			}
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
 	for acct, n := range want {
 		require.Equal(t, n, balance(t, db, acct), acct)
 	}
 	st := db.Stats().Total
 	require.Equal(t, uint64(workers*perWorker*2/5), st.Applied)
 	require.Equal(t, uint64(workers*perWorker/5), st.FailedRecorded)
+}
+
+// panicOf runs fn and returns what it panicked with, nil if it returned.
+func panicOf(fn func()) (p any) {
+	defer func() { p = recover() }()
+	fn()
+	return nil
 }

@@ -77,11 +77,18 @@ func pair(b *testing.B, ops int, baseName string, base func(i uint64), candName 
 }
 
 func applyUnique(b *testing.B, db *oncekv.DB, i uint64) {
-	key := benchKey(i)
-	if _, err := db.Apply(context.Background(), oncekv.Request{Handler: "bench", Key: string(key), Payload: benchValue},
-		func(tx *oncekv.Tx) ([]byte, error) { return putEffect(tx, key) }); err != nil {
+	if err := tryApplyUnique(db, i); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// tryApplyUnique is applyUnique for goroutines other than the benchmark's,
+// which must not call b.Fatal.
+func tryApplyUnique(db *oncekv.DB, i uint64) error {
+	key := benchKey(i)
+	_, err := db.Apply(context.Background(), oncekv.Request{Handler: "bench", Key: string(key), Payload: benchValue},
+		func(tx *oncekv.Tx) ([]byte, error) { return putEffect(tx, key) })
+	return err
 }
 
 // BenchmarkUniqueApplyVsBbolt: a new key per call, so every call commits;
@@ -188,7 +195,10 @@ func BenchmarkConcurrentApply8Vs1(b *testing.B) {
 		for range 8 {
 			wg.Go(func() {
 				for range perRound / 8 {
-					applyUnique(b, db, take())
+					if err := tryApplyUnique(db, take()); err != nil {
+						b.Error(err)
+						return
+					}
 				}
 			})
 		}

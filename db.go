@@ -119,6 +119,8 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		NoSync:       o.NoSync,
 		ReadOnly:     o.ReadOnly, // a shared lock: other readers may open it too
 		FreelistType: bolt.FreelistMapType,
+		// Negative means "only what the file needs": bbolt's own <= 0.
+		InitialMmapSize: o.InitialMmapSize,
 	})
 	if err != nil {
 		return nil, openError(path, o.OpenTimeout, time.Since(began), err)
@@ -145,6 +147,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	}
 	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b,
 		writeMu: newWriteLock(), maxResponse: MaxResponseSize}
+	db.stats.maxHandlers = max(o.MaxHandlerStats, 0)
 	db.group.init(groupEnv{
 		lock:   db.writeMu.LockContext,
 		unlock: db.writeMu.Unlock,
@@ -355,8 +358,21 @@ func (db *DB) Update(fn func(tx *Tx) error) error {
 	})
 }
 
-// View runs fn in a read-only transaction, which sees a consistent snapshot
-// and never blocks writers or other readers.
+// View runs fn in a read-only transaction, which sees a consistent snapshot.
+// Readers never block each other, and a reader blocks a writer in one case
+// only: a commit that grows the file past bbolt's memory map
+// (Options.InitialMmapSize: 1 GiB by default on 64-bit platforms but
+// Windows, then every further GiB) must remap it, and waits until every
+// open View has returned; while it waits, new Views wait behind it. So
+// keep Views short: a long one can stall the writer that crosses the
+// map's end for as long as it stays open (and a long read also keeps
+// bbolt from reusing the pages it sees, so the file grows).
+//
+// Do not call Apply, ApplyBatch, Claim, Update or any other write from
+// fn. Within the map it works; once the file outgrows the map, that write
+// waits for this View to end, which never happens: a deadlock that Go
+// gives no way to detect (a writer cannot tell whether the reader it
+// waits for is its own caller).
 func (db *DB) View(fn func(tx *Tx) error) error {
 	if !db.life.enter() {
 		return ErrClosed

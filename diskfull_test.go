@@ -85,8 +85,14 @@ func TestFullDisk(t *testing.T) {
 		require.Nil(t, tx.Bucket([]byte("fill")).Get([]byte(fmt.Sprint("fill-", full))))
 		return nil
 	}))
-	_, err = put(full) // still full: the same clear error, still not poisoned
-	require.ErrorIs(t, err, oncekv.ErrNoSpace)
+	// Still full: the same clear error, still not poisoned. Or, as a stress
+	// run saw once, the retry fits: bbolt may place its pages differently
+	// the second time (in pages freed since, or in blocks the failed
+	// attempt's writes already took).
+	if _, err = put(full); err != nil {
+		require.ErrorIs(t, err, oncekv.ErrNoSpace)
+		require.NotErrorIs(t, err, oncekv.ErrPoisoned)
+	}
 
 	// Space freed: writes resume without a reopen.
 	require.NoError(t, os.Remove(ballast))

@@ -112,6 +112,14 @@
 //     every newer window, from expiring until the lease ends: expiry drops
 //     windows oldest first. Recording a lease end costs a claim one small
 //     extra write.
+//   - A long View can stall a writer. bbolt maps the file into memory and
+//     cannot move the map while a read transaction holds it, so the commit
+//     that grows the file past the map (Options.InitialMmapSize, 1 GiB by
+//     default on 64-bit platforms but Windows, then every further GiB)
+//     waits for every open View, and new Views wait behind it. Below that,
+//     readers never block writers. A write called from inside View's
+//     function (Apply, Claim, Update, ...) works while the file fits the
+//     map and deadlocks once it does not: never write from inside View.
 //   - One process per file: bbolt locks it, and a second Open fails with
 //     ErrLocked after Options.OpenTimeout.
 //   - An I/O error in a commit (EIO, a failed fsync) poisons the DB: every

@@ -1,6 +1,7 @@
 package oncekv_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,8 +49,16 @@ type register struct {
 
 func readRegister(t testing.TB, db *oncekv.DB, key string) register {
 	t.Helper()
+	r, err := loadRegister(db, key)
+	require.NoError(t, err)
+	return r
+}
+
+// loadRegister is readRegister for goroutines other than the test's, where
+// require must not be called.
+func loadRegister(db *oncekv.DB, key string) (register, error) {
 	var r register
-	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+	err := db.View(func(tx *oncekv.Tx) error {
 		b := tx.Bucket(registers)
 		if b == nil {
 			return nil
@@ -56,8 +66,8 @@ func readRegister(t testing.TB, db *oncekv.DB, key string) register {
 		v := b.Get([]byte(key))
 		r = register{value: string(v), exists: v != nil, fence: b.Fence([]byte(key)), version: b.Version([]byte(key))}
 		return nil
-	}))
-	return r
+	})
+	return r, err
 }
 
 // update runs fn on the registers bucket in one write transaction.
@@ -100,10 +110,14 @@ func TestPutFencedRejectsTheDelayedWriter(t *testing.T) {
 	require.Equal(t, uint64(2), db.Stats().FencedWrites, "both refusals are counted")
 }
 
-// TestPutFencedRandomDelays: writers take store-issued tokens, pause for a
-// random time, then write. Whatever the order they arrive in, the writes
-// that are applied go in increasing token order, every refused writer was
-// behind the stored fence, and the value left is the greatest token's.
+// TestPutFencedRandomDelays: writers take store-issued tokens
+// concurrently, then write in an order that a seeded shuffle picks (never
+// the tokens' order), as writers delayed by GC pauses would arrive. The
+// order is enforced with channels, not sleeps, so every run reorders and a
+// failure replays from its seed. A write lands exactly when its token is
+// greater than every token that arrived before it; a refused writer gets a
+// *FenceError naming the stored fence; the value left is the greatest
+// token's.
 func TestPutFencedRandomDelays(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -113,59 +127,68 @@ func TestPutFencedRandomDelays(t *testing.T) {
 	rejected := 0
 	for round := range 15 {
 		key := fmt.Sprintf("x%d", round)
-		delays := make([]time.Duration, writers)
-		for i := range delays {
-			delays[i] = time.Duration(rng.IntN(2000)) * time.Microsecond
-		}
-		type write struct {
-			token uint64
-			err   error
-		}
-		var (
-			wg      sync.WaitGroup
-			mu      sync.Mutex
-			writes  = make([]write, writers)
-			applied []uint64 // in commit order
-		)
+		tokens := make([]uint64, writers)
+		errs := make([]error, writers)
+		var wg sync.WaitGroup
 		for i := range writers {
-			wg.Go(func() {
-				token, err := db.NextFence(key)
-				if err == nil {
-					time.Sleep(delays[i]) // the pause that reorders the writers
-					err = update(t, db, func(b *oncekv.Bucket) error {
-						if err := b.PutFenced([]byte(key), uintBytes(token), token); err != nil {
-							return err
-						}
-						mu.Lock() // writers commit one at a time, so this is commit order
-						applied = append(applied, token)
-						mu.Unlock()
-						return nil
-					})
-				}
-				writes[i] = write{token, err}
-			})
+			wg.Go(func() { tokens[i], errs[i] = db.NextFence(key) })
 		}
 		wg.Wait()
-		var greatest uint64
-		for _, w := range writes {
-			greatest = max(greatest, w.token)
-			if w.err == nil {
+		require.NoError(t, errors.Join(errs...))
+
+		// order[k] is the writer that arrives k-th.
+		order := rng.Perm(writers)
+		if slices.IsSortedFunc(order, func(a, b int) int { return cmp.Compare(tokens[a], tokens[b]) }) {
+			order[0], order[writers-1] = order[writers-1], order[0]
+		}
+		turn := make([]chan struct{}, writers+1)
+		for k := range turn {
+			turn[k] = make(chan struct{})
+		}
+		var (
+			mu      sync.Mutex
+			applied []uint64 // in commit order
+		)
+		for k, i := range order {
+			wg.Go(func() {
+				<-turn[k]
+				defer close(turn[k+1])
+				errs[i] = update(t, db, func(b *oncekv.Bucket) error {
+					if err := b.PutFenced([]byte(key), uintBytes(tokens[i]), tokens[i]); err != nil {
+						return err
+					}
+					mu.Lock()
+					applied = append(applied, tokens[i])
+					mu.Unlock()
+					return nil
+				})
+			})
+		}
+		close(turn[0])
+		wg.Wait()
+
+		var highest uint64
+		var want []uint64
+		for _, i := range order {
+			if tokens[i] > highest {
+				require.NoError(t, errs[i], "seed %d round %d: token %d arrived after %d", seed, round, tokens[i], highest)
+				want = append(want, tokens[i])
+				highest = tokens[i]
 				continue
 			}
 			rejected++
 			var fe *oncekv.FenceError
-			require.ErrorAs(t, w.err, &fe, "seed %d round %d", seed, round)
-			require.Equal(t, w.token, fe.Presented)
-			require.Greater(t, fe.Stored, w.token, "refused only behind a newer fence")
+			require.ErrorAs(t, errs[i], &fe, "seed %d round %d", seed, round)
+			require.Equal(t, tokens[i], fe.Presented)
+			require.Equal(t, highest, fe.Stored, "refused only behind a newer fence, the one stored")
 		}
-		require.IsIncreasing(t, applied, "seed %d round %d", seed, round)
-		require.Equal(t, greatest, applied[len(applied)-1])
+		require.Equal(t, want, applied, "seed %d round %d", seed, round)
 		r := readRegister(t, db, key)
-		require.Equal(t, string(uintBytes(greatest)), r.value, "seed %d round %d", seed, round)
-		require.Equal(t, greatest, r.fence)
+		require.Equal(t, string(uintBytes(highest)), r.value, "seed %d round %d", seed, round)
+		require.Equal(t, highest, r.fence)
 		require.Equal(t, uint64(len(applied)), r.version)
 	}
-	require.Positive(t, rejected, "seed %d: the delays never reordered a write; the test proved nothing", seed)
+	require.Positive(t, rejected, "seed %d: no write was reordered; the test proved nothing", seed)
 }
 
 // TestPutFencedCommitsWithApply: a fenced write in Apply's effect commits
@@ -352,8 +375,12 @@ func TestPutIfVersionConcurrentIncrements(t *testing.T) {
 	for i := range workers {
 		wg.Go(func() {
 			for done := 0; done < each; {
-				r := readRegister(t, db, "n")
-				err := update(t, db, func(b *oncekv.Bucket) error {
+				r, err := loadRegister(db, "n")
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				err = update(t, db, func(b *oncekv.Bucket) error {
 					return b.PutIfVersion([]byte("n"), uintBytes(readUint([]byte(r.value))+1), r.version)
 				})
 				switch {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/oncekv/oncekv/window"
@@ -22,6 +24,13 @@ const (
 	DefaultExpireInterval         = time.Minute
 	DefaultExpireStep             = 10000
 	DefaultMaxClockJump           = 24 * time.Hour
+
+	// DefaultInitialMmapSize is 1 GiB on 64-bit platforms and 64 MiB on
+	// 32-bit ones, whose whole address space is 2-4 GiB. It is the
+	// default of Options.InitialMmapSize everywhere but on Windows.
+	DefaultInitialMmapSize = 1 << (26 + 4*(bits.UintSize/64))
+	// DefaultMaxHandlerStats is the default of Options.MaxHandlerStats.
+	DefaultMaxHandlerStats = 1000
 )
 
 // MaxWindows is the most windows Retention may span: Retention/WindowSpan
@@ -33,6 +42,11 @@ const (
 // cost 5.8 times, about 2 ms. It allows 7 days of 10-minute windows, or
 // 42 days of 1h ones.
 const MaxWindows = 1024
+
+// maxInitialMmapSize bounds Options.InitialMmapSize: 1 TiB on 64-bit
+// platforms, 1 GiB on 32-bit ones. Larger values are address space no
+// store of this kind needs, and may not be mappable at all.
+const maxInitialMmapSize = 1 << (30 + 10*(bits.UintSize/64))
 
 // Options configures a DB. Pass nil to Open for all defaults; a zero field
 // takes its default. Open works on a copy, so the caller's struct is never
@@ -124,6 +138,35 @@ type Options struct {
 	// exist and have been opened writable once. Default false.
 	ReadOnly bool
 
+	// InitialMmapSize is how much of the file bbolt maps into memory at
+	// Open, in bytes. Default DefaultInitialMmapSize (1 GiB on 64-bit
+	// platforms), except on Windows, where it is -1 (see below); at most
+	// 1 TiB (1 GiB on 32-bit platforms). A negative value maps only what
+	// the file needs, as bbolt does by default.
+	//
+	// Why: bbolt cannot move its memory map while a read transaction
+	// holds it, so a commit that grows the file past the map waits for
+	// every open View (and, while it waits, new Views wait behind it).
+	// Within the map, readers never block writers. The map is address
+	// space, not memory: on Linux (measured; bbolt maps the same way on
+	// the other Unix systems) it costs no RAM and no disk (the file still
+	// grows with the data; pages are read in only when used). Past 16 MiB
+	// of map, bbolt grows the file in 16 MiB steps, so a new store's file is about 16 MiB long, but sparse: it takes the
+	// disk space of its data. On Windows bbolt extends the file to the
+	// whole map at Open, taking that much disk, hence the default of -1
+	// there: set it to what the store will need.
+	InitialMmapSize int
+
+	// MaxHandlerStats caps how many handlers get an entry of their own in
+	// Stats.Handlers: the first MaxHandlerStats handler names seen since
+	// Open do; every later one is counted in Stats.OtherHandlers. Names
+	// come from requests, so without a cap a stream of distinct names
+	// would grow memory without end. An entry costs a few hundred bytes
+	// (about 340 measured with a short name) plus its name, at most 32 KiB.
+	// Requests rejected as invalid never create an entry.
+	// Default 1000; negative keeps no per-handler entries at all.
+	MaxHandlerStats int
+
 	// Logger receives "duplicate suppressed" at info level and other
 	// events. Default: nothing is logged.
 	Logger *slog.Logger
@@ -163,6 +206,15 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.MaxGroupSize == 0 {
 		c.MaxGroupSize = DefaultMaxGroupSize
 	}
+	if c.InitialMmapSize == 0 {
+		c.InitialMmapSize = DefaultInitialMmapSize
+		if runtime.GOOS == "windows" {
+			c.InitialMmapSize = -1 // a map there is a file that long on disk
+		}
+	}
+	if c.MaxHandlerStats == 0 {
+		c.MaxHandlerStats = DefaultMaxHandlerStats
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -190,6 +242,9 @@ func (o *Options) validate() error {
 	}
 	if o.MaxGroupSize < 0 {
 		bad("MaxGroupSize", o.MaxGroupSize, "must be positive (zero means the default)")
+	}
+	if o.InitialMmapSize > maxInitialMmapSize {
+		bad("InitialMmapSize", o.InitialMmapSize, fmt.Sprintf("must be at most %d (negative maps only what the file needs)", maxInitialMmapSize))
 	}
 	switch {
 	case o.WindowSpan < 0:

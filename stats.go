@@ -1,12 +1,15 @@
 package oncekv
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
-// Counters are the per-handler counters of SPEC section 9.
+// Counters are the counters kept per handler, and summed in Stats.Total.
 type Counters struct {
 	// Applied counts effects committed with a DONE mark.
 	Applied uint64
@@ -27,7 +30,11 @@ type Counters struct {
 	// EffectErrors counts transient effect errors (rolled back, nothing
 	// recorded).
 	EffectErrors uint64
-	// InvalidRequests counts requests rejected as bad input.
+	// InvalidRequests counts requests rejected as bad input. It is counted
+	// store-wide only, in Stats.Total, and is always zero in Stats.Handlers
+	// and Stats.OtherHandlers: the handler name of a rejected request may be
+	// empty, huge or garbage, so it never creates (or is credited to) an
+	// entry of its own.
 	InvalidRequests uint64
 	// Aborted counts requests that applied nothing because their context
 	// ended, the commit failed or a record did not decode.
@@ -70,10 +77,16 @@ func (c *Counters) add(o Counters) {
 // for rates; an exporter (Prometheus, expvar) can adapt it without oncekv
 // depending on a metrics library.
 type Stats struct {
-	// Total sums Handlers.
+	// Total sums Handlers and OtherHandlers, plus the requests rejected as
+	// bad input (Total.InvalidRequests).
 	Total Counters
-	// Handlers holds the counters of every handler seen since Open.
+	// Handlers holds the counters of each handler seen since Open, up to
+	// Options.MaxHandlerStats of them: the first ones seen keep their
+	// entry until Close, and the map never grows past the cap.
 	Handlers map[string]Counters
+	// OtherHandlers sums the counters of every handler that found
+	// Handlers full, so the totals stay right however many names arrive.
+	OtherHandlers Counters
 	// Commits counts write transactions committed (Apply groups, batches,
 	// Update). Total.Applied / Commits is the average group size.
 	Commits uint64
@@ -117,6 +130,7 @@ type WindowStats struct {
 func (s Stats) Sub(other Stats) Stats {
 	d := s
 	d.Total = s.Total.Sub(other.Total)
+	d.OtherHandlers = s.OtherHandlers.Sub(other.OtherHandlers)
 	d.Handlers = make(map[string]Counters, len(s.Handlers))
 	for h, c := range s.Handlers {
 		d.Handlers[h] = c.Sub(other.Handlers[h])
@@ -154,10 +168,25 @@ func (db *DB) Stats() Stats {
 	return st
 }
 
-// statsCollector keeps one set of atomic counters per handler. Handlers are
-// operation names, few and fixed, so a map of them stays small.
+// statsCollector keeps one set of atomic counters per handler. Handler
+// names come from requests, so the map is bounded: at most maxHandlers
+// entries (Options.MaxHandlerStats), then one shared overflow set, and
+// requests rejected as invalid count store-wide without touching the map.
 type statsCollector struct {
-	handlers            sync.Map // string -> *handlerCounters
+	handlers sync.Map // string -> *handlerCounters, at most maxHandlers entries
+	// maxHandlers is Options.MaxHandlerStats (0 when negative), set by Open.
+	maxHandlers int
+	// mu serialises adding an entry, so that concurrent new names cannot
+	// overshoot the cap.
+	mu struct {
+		sync.Mutex
+		entries int
+	}
+	// full is set once the map holds maxHandlers entries, so that the
+	// counts of the handlers past the cap do not contend for mu.
+	full                atomic.Bool
+	other               handlerCounters
+	invalid             atomic.Uint64
 	commits             atomic.Uint64
 	fencedWrites        atomic.Uint64
 	bloomNegatives      atomic.Uint64
@@ -169,14 +198,46 @@ type statsCollector struct {
 type handlerCounters [outcomeCount]atomic.Uint64
 
 func (s *statsCollector) count(handler string, kind outcome) {
-	if kind == outcomeNone {
+	switch kind {
+	case outcomeNone:
+		return
+	case outcomeInvalid:
+		s.invalid.Add(1)
 		return
 	}
-	v, ok := s.handlers.Load(handler)
-	if !ok {
-		v, _ = s.handlers.LoadOrStore(handler, new(handlerCounters))
+	s.countersOf(handler)[kind].Add(1)
+}
+
+// countersOf returns handler's counters, adding an entry while there is
+// room and the overflow set after that.
+func (s *statsCollector) countersOf(handler string) *handlerCounters {
+	if v, ok := s.handlers.Load(handler); ok {
+		return v.(*handlerCounters)
 	}
-	v.(*handlerCounters)[kind].Add(1)
+	// Past the cap, and for a name no request could carry (an aborted call
+	// is counted before its request is validated), the overflow set.
+	if s.full.Load() || handler == "" || len(handler) > bolt.MaxKeySize {
+		return &s.other
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addLocked(handler)
+}
+
+func (s *statsCollector) addLocked(handler string) *handlerCounters {
+	if v, ok := s.handlers.Load(handler); ok {
+		return v.(*handlerCounters)
+	}
+	if s.mu.entries >= s.maxHandlers {
+		s.full.Store(true)
+		return &s.other
+	}
+	h := new(handlerCounters)
+	// A copy, so that the entry does not keep alive whatever larger buffer
+	// the caller's string was cut from.
+	s.handlers.Store(strings.Clone(handler), h)
+	s.mu.entries++
+	return h
 }
 
 func (s *statsCollector) snapshot() Stats {
@@ -190,24 +251,29 @@ func (s *statsCollector) snapshot() Stats {
 		ExpiredMarks:        s.expiredMarks.Load(),
 	}
 	s.handlers.Range(func(k, v any) bool {
-		h := v.(*handlerCounters)
-		c := Counters{
-			Applied:              h[outcomeApplied].Load(),
-			DuplicatesSuppressed: h[outcomeDuplicate].Load(),
-			InProgressConflicts:  h[outcomeInProgress].Load(),
-			KeyReuses:            h[outcomeKeyReuse].Load(),
-			FailedRecorded:       h[outcomeFailedRecorded].Load(),
-			FailedReplayed:       h[outcomeFailedReplayed].Load(),
-			EffectErrors:         h[outcomeEffectError].Load(),
-			InvalidRequests:      h[outcomeInvalid].Load(),
-			Aborted:              h[outcomeAborted].Load(),
-			Fenced:               h[outcomeFenced].Load(),
-		}
+		c := v.(*handlerCounters).load()
 		st.Handlers[k.(string)] = c
 		st.Total.add(c)
 		return true
 	})
+	st.OtherHandlers = s.other.load()
+	st.Total.add(st.OtherHandlers)
+	st.Total.InvalidRequests += s.invalid.Load()
 	return st
+}
+
+func (h *handlerCounters) load() Counters {
+	return Counters{
+		Applied:              h[outcomeApplied].Load(),
+		DuplicatesSuppressed: h[outcomeDuplicate].Load(),
+		InProgressConflicts:  h[outcomeInProgress].Load(),
+		KeyReuses:            h[outcomeKeyReuse].Load(),
+		FailedRecorded:       h[outcomeFailedRecorded].Load(),
+		FailedReplayed:       h[outcomeFailedReplayed].Load(),
+		EffectErrors:         h[outcomeEffectError].Load(),
+		Aborted:              h[outcomeAborted].Load(),
+		Fenced:               h[outcomeFenced].Load(),
+	}
 }
 
 func timeFromNano(n int64) time.Time { return time.Unix(0, n) }
