@@ -66,7 +66,7 @@ type Advice struct {
 // giveUp lists the errors no retry can fix.
 var giveUp = []error{
 	ErrKeyReuse, ErrFailed, ErrFenced,
-	ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrValueTooLarge, ErrBucketNameRequired,
+	ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrValueTooLarge, ErrResponseTooLarge, ErrBucketNameRequired,
 	ErrInvalidOptions, ErrInvalidFingerprint, ErrInvalidLease, ErrInvalidFence, ErrResourceRequired,
 	ErrTxNotWritable, ErrTxClosed, ErrIncompatibleValue, ErrUnversioned, ErrExhausted,
 	ErrClaimDone, ErrUnknownClaim, ErrNotFound,
@@ -80,7 +80,7 @@ var giveUp = []error{
 //   - nil: Ack.
 //   - ErrClosed, ErrReadOnly, ErrPoisoned: Reopen.
 //   - an error marked permanent (see IsPermanent), ErrFailed, ErrKeyReuse,
-//     ErrFenced, the bad input errors (ErrKeyTooLarge, ErrKeyRequired,
+//     ErrFenced, ErrResponseTooLarge, the bad input errors (ErrKeyTooLarge, ErrKeyRequired,
 //     ErrHandlerRequired, ...), ErrCorrupt and the other file errors:
 //     GiveUp. A record that does not decode will not decode next time
 //     either; dead-letter the message and let an operator look.

@@ -31,6 +31,7 @@ var classified = map[string]struct {
 	"ErrKeyRequired":        {oncekv.ErrKeyRequired, oncekv.GiveUp},
 	"ErrKeyTooLarge":        {oncekv.ErrKeyTooLarge, oncekv.GiveUp},
 	"ErrValueTooLarge":      {oncekv.ErrValueTooLarge, oncekv.GiveUp},
+	"ErrResponseTooLarge":   {oncekv.ErrResponseTooLarge, oncekv.GiveUp},
 	"ErrBucketNameRequired": {oncekv.ErrBucketNameRequired, oncekv.GiveUp},
 	"ErrInvalidOptions":     {oncekv.ErrInvalidOptions, oncekv.GiveUp},
 	"ErrInvalidWindow":      {oncekv.ErrInvalidWindow, oncekv.GiveUp},
