@@ -522,6 +522,9 @@ func (m *storeModel) reopen(rt *rapid.T) {
 func (m *storeModel) expire(rt *rapid.T) {
 	st, err := m.db.Expire(context.Background())
 	require.NoError(rt, err)
+	// Expire reads the store's clock (and decides on the earlier of it and
+	// the raw reading), so the store's time moves on to the raw reading.
+	m.now()
 	now := m.clock.Now().UnixNano()
 	floor := m.floor
 	dropped := 0

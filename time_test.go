@@ -171,6 +171,9 @@ func TestLiveClaimOutlivesRetention(t *testing.T) {
 			clock := oncetest.NewClock(epoch.Add(tc.span - time.Minute)) // late in its window
 			path := filepath.Join(t.TempDir(), "x.db")
 			opts := timeOpts(clock, tc.span, tc.retention)
+			// The claim's holder is this process, alive across the reopen:
+			// keep its claim instead of releasing it as an orphan.
+			opts.KeepOrphanedClaims = true
 			db, err := oncekv.Open(path, opts)
 			require.NoError(t, err)
 			held := oncekv.Request{Handler: "h", Key: "held", Payload: []byte("p")}
@@ -521,7 +524,9 @@ func TestRetentionChangeAtReopen(t *testing.T) {
 			ctx := context.Background()
 			clock := oncetest.NewClock(epoch.Add(30 * time.Minute))
 			path := filepath.Join(t.TempDir(), "x.db")
-			db, err := oncekv.Open(path, timeOpts(clock, time.Hour, tc.before))
+			before := timeOpts(clock, time.Hour, tc.before)
+			before.KeepOrphanedClaims = true // the holder lives on across the reopen
+			db, err := oncekv.Open(path, before)
 			require.NoError(t, err)
 			req := oncekv.Request{Handler: "h", Key: "job"}
 			c, err := db.Claim(ctx, req, tc.lease)
@@ -529,7 +534,9 @@ func TestRetentionChangeAtReopen(t *testing.T) {
 			end := c.LeaseUntil()
 			require.NoError(t, db.Close())
 
-			db, err = oncekv.Open(path, timeOpts(clock, 0, tc.after))
+			after := timeOpts(clock, 0, tc.after)
+			after.KeepOrphanedClaims = true
+			db, err = oncekv.Open(path, after)
 			require.NoError(t, err)
 			defer db.Close()
 			for now := clock.Now(); now.Before(end); now = now.Add(30 * time.Minute) {
