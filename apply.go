@@ -187,6 +187,9 @@ type op struct {
 	kind     outcome
 	settled  bool
 	panicVal any
+	// hooks are the OnCommit hooks its effect registered, in the attempt
+	// that committed when kind is outcomeApplied.
+	hooks []func()
 	// checkFrom is the start of the oldest window the write path must look
 	// in; older ones were sealed and found empty of this key by the
 	// snapshot (see findMarkFrom).
@@ -315,6 +318,9 @@ func (db *DB) finish(o *op) (Result, error) {
 // settle counts and logs o's outcome and returns it as the caller sees it.
 func (db *DB) settle(o *op) (Result, error) {
 	db.stats.count(o.req.Handler, o.kind)
+	if o.kind == outcomeApplied {
+		defer runHooks(o.hooks)
+	}
 	if o.kind == outcomeDuplicate && db.log.Enabled(o.ctx, slog.LevelInfo) {
 		db.log.LogAttrs(o.ctx, slog.LevelInfo, "duplicate suppressed",
 			slog.String("handler", o.req.Handler),

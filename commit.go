@@ -215,9 +215,12 @@ func (db *DB) decide(w *writeTx, ops []*op) error {
 // The response is copied: the effect may have returned a slice of a bucket
 // value, which is only valid inside the transaction.
 func runEffect(tx *Tx, o *op) (resp []byte, err error) {
+	o.hooks = nil // an earlier attempt's hooks were rolled back with it
 	if o.effect == nil {
 		return nil, nil
 	}
+	tx.w.owner = o
+	defer func() { tx.w.owner = nil }()
 	defer func() {
 		// The value is kept as it was, so a caller's recover sees its own
 		// panic; the stack of the goroutine that ran it is lost.

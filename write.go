@@ -28,6 +28,10 @@ type writeTx struct {
 	written map[uint64]struct{}
 	// opened lists windows this transaction created.
 	opened map[int64]bool
+	// hooks are OnCommit's, for the caller of write; owner is the op whose
+	// effect is running, which gets its own (see Tx.OnCommit).
+	hooks []func()
+	owner *op
 }
 
 type markedKey struct {
@@ -58,6 +62,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		return db.bolt.Update(func(btx *bolt.Tx) error {
 			txid = btx.ID()
 			w = &writeTx{db: db, btx: btx, tx: newTx(btx), now: db.clock.read()}
+			w.tx.w = w
 			db.current = w
 			defer func() {
 				db.current = nil
