@@ -2,7 +2,6 @@ package oncekv
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 
@@ -46,27 +45,58 @@ func (tx *Tx) Mark(req Request, response []byte) (Result, error) {
 	return res, requestError("mark", &req, err)
 }
 
-func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
+// LookupMark answers as Mark would, without writing: found reports that
+// (req.Handler, req.Key) has a mark that decides it (res is then Mark's
+// answer, err its error: ErrKeyReuse, a *FailedError or ErrInProgress), and
+// false means Mark would write a new mark. A caller checks first, and
+// writes only once it knows it has room, for example.
+func (tx *Tx) LookupMark(req Request) (res Result, found bool, err error) {
+	o, m, err := tx.lookup(&req)
+	if err != nil {
+		return Result{}, false, requestError("mark", &req, err)
+	}
+	if m == nil || !o.answer(m, tx.w.now) {
+		return Result{}, false, nil
+	}
+	return o.res, true, requestError("mark", &req, o.err)
+}
+
+// lookup validates req and finds its mark in the open write transaction.
+func (tx *Tx) lookup(req *Request) (*op, *bucket.FoundMark, error) {
 	if err := tx.checkWrite(); err != nil {
-		return Result{}, outcomeNone, err
+		return nil, nil, err
 	}
 	w := tx.w
 	o, err := w.db.newOp(nil, req, nil)
 	if err != nil {
-		return Result{}, outcomeInvalid, err
+		return nil, nil, err
 	}
 	if w.owner != nil && bytes.Equal(w.owner.mkey, o.mkey) {
-		return Result{}, outcomeInvalid, ErrMarkOwnKey
+		return nil, nil, ErrMarkOwnKey
 	}
-	found, err := w.db.findMark(w.btx, o.mkey)
+	m, err := w.db.findMark(w.btx, o.mkey)
 	if err != nil {
+		return nil, nil, err
+	}
+	return o, m, nil
+}
+
+func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
+	o, found, err := tx.lookup(req)
+	switch {
+	case errors.Is(err, ErrTxClosed), errors.Is(err, ErrTxNotWritable):
+		return Result{}, outcomeNone, err
+	case err != nil && !errors.Is(err, ErrCorrupt): // bad input
+		return Result{}, outcomeInvalid, err
+	case err != nil:
 		return Result{}, outcomeAborted, err
 	}
+	w := tx.w
 	if found != nil && o.answer(found, w.now) {
 		return o.res, o.kind, o.err
 	}
 	resp := bytes.Clone(response)
-	mark := bucket.Mark{State: bucket.Done, PayloadHash: sha256.Sum256(req.Payload), Response: resp, FirstSeen: w.now.UnixNano()}
+	mark := bucket.Mark{State: bucket.Done, PayloadHash: o.hash, Response: resp, FirstSeen: w.now.UnixNano()}
 	window := w.db.placeMark(w.now)
 	if found != nil {
 		// An expired claim is taken over where it was first seen, as Apply

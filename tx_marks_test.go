@@ -173,3 +173,28 @@ func TestTxMarkCountsOnlyCommitted(t *testing.T) {
 	require.Equal(t, uint64(1), db.Stats().Handlers["h"].Applied)
 	require.Equal(t, uint64(1), db.Stats().Handlers["h"].DuplicatesSuppressed)
 }
+
+func TestTxLookupMarkWritesNothing(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		_, found, err := tx.LookupMark(req)
+		require.NoError(t, err)
+		require.False(t, found)
+		return nil
+	}))
+	_, err := markIn(t, db, req, "r")
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		res, found, err := tx.LookupMark(req)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, []byte("r"), res.Response)
+		_, found, err = tx.LookupMark(oncekv.Request{Handler: "h", Key: "k", Payload: []byte("q")})
+		require.True(t, found)
+		require.ErrorIs(t, err, oncekv.ErrKeyReuse)
+		_, _, err = tx.LookupMark(oncekv.Request{Handler: "h"})
+		require.ErrorIs(t, err, oncekv.ErrKeyRequired)
+		return nil
+	}))
+}
