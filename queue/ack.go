@@ -50,6 +50,10 @@ func (q *Queue) Nack(ctx context.Context, m *Message, cause error) error {
 		cause = errNacked
 	}
 	msg := cause.Error()
+	if oncekv.IsPermanent(cause) {
+		// The store's mark of a permanent error is the retry package's too.
+		cause = retry.Permanent(cause)
+	}
 	return q.update(ctx, "nack", m, func(otx *oncekv.Tx) error {
 		return q.held(otx, m, func(t *tx, r *record) error {
 			d := q.retrier.Decide(ctx, r.Attempt, cause, time.Unix(0, t.now))

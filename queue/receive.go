@@ -55,6 +55,22 @@ func (q *Queue) ReceiveBatch(ctx context.Context, n int) ([]*Message, error) {
 	}
 }
 
+// Poll is ReceiveBatch without the wait: it leases up to n messages
+// visible now, and returns none at once when none is.
+func (q *Queue) Poll(ctx context.Context, n int) ([]*Message, error) {
+	if n <= 0 {
+		return nil, q.wrap("receive", nil, fmt.Errorf("%w: batch size %d", ErrInvalidOptions, n))
+	}
+	if err := q.checkOpen(); err != nil {
+		return nil, q.wrap("receive", nil, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, q.wrap("receive", nil, err)
+	}
+	ms, _, err := q.tryReceive(n)
+	return ms, q.wrap("receive", nil, err)
+}
+
 // wait blocks until wake is closed, d has passed on the queue's timer
 // (d < 0: no timer) or ctx is done.
 func (q *Queue) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {

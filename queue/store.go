@@ -93,9 +93,9 @@ func orderKey(order string, id uint64) []byte {
 
 // tx is one queue operation's view of a write transaction.
 type tx struct {
-	q   *Queue
-	otx *oncekv.Tx
-	now int64
+	q                               *Queue
+	otx                             *oncekv.Tx
+	now                             int64
 	msgs, index, order, dead, state *oncekv.Bucket
 }
 
