@@ -10,23 +10,26 @@ import (
 
 // Enqueue adds m to the queue in its own transaction, unless a message
 // with m.Key was enqueued within the store's dedup window: then it returns
-// that message's ID and adds nothing. See EnqueueTx.
+// that message's ID and adds nothing. It is an Apply of the key, so
+// concurrent producers share commits (group commit) and a duplicate is
+// answered from a read transaction. See EnqueueTx for the errors.
 func (q *Queue) Enqueue(ctx context.Context, m Message) (uint64, error) {
-	if err := ctx.Err(); err != nil {
+	if err := q.check(&m); err != nil {
 		return 0, q.wrap("enqueue", &m, err)
 	}
-	var id uint64
-	err := q.db.Update(func(otx *oncekv.Tx) (err error) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		id, err = q.EnqueueTx(otx, m)
-		return err
+	req := oncekv.Request{Handler: q.handler, Key: m.Key, Payload: m.Body}
+	res, err := q.db.Apply(ctx, req, func(otx *oncekv.Tx) ([]byte, error) {
+		id, err := q.insertTx(otx, &m)
+		return binary.BigEndian.AppendUint64(nil, id), err
 	})
 	if err != nil {
 		return 0, q.wrap("enqueue", &m, err)
 	}
-	return id, nil
+	if res.Duplicate {
+		q.counters.duplicates.Add(1)
+	}
+	id, err := parseID(res.Response)
+	return id, q.wrap("enqueue", &m, err)
 }
 
 // EnqueueTx adds m to the queue inside otx, a write transaction, with m's
@@ -44,18 +47,8 @@ func (q *Queue) EnqueueTx(otx *oncekv.Tx, m Message) (uint64, error) {
 }
 
 func (q *Queue) enqueueTx(otx *oncekv.Tx, m *Message) (uint64, error) {
-	if err := q.checkOpen(); err != nil {
+	if err := q.check(m); err != nil {
 		return 0, err
-	}
-	switch {
-	case m.Key == "":
-		return 0, oncekv.ErrKeyRequired
-	case len(m.Body) > q.opts.MaxBodySize:
-		return 0, fmt.Errorf("%w: %d bytes, over MaxBodySize %d", ErrBodyTooLarge, len(m.Body), q.opts.MaxBodySize)
-	case q.opts.MaxBytes > 0 && int64(len(m.Key)+len(m.Body)) > q.opts.MaxBytes:
-		return 0, fmt.Errorf("%w: %d bytes, over MaxBytes %d", ErrBodyTooLarge, len(m.Key)+len(m.Body), q.opts.MaxBytes)
-	case m.Delay < 0:
-		return 0, fmt.Errorf("%w: negative Delay %v", ErrInvalidDuration, m.Delay)
 	}
 	req := oncekv.Request{Handler: q.handler, Key: m.Key, Payload: m.Body}
 	if res, found, err := otx.LookupMark(req); found || err != nil {
@@ -65,6 +58,37 @@ func (q *Queue) enqueueTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 		q.countOnCommit(otx, &q.counters.duplicates)
 		return parseID(res.Response)
 	}
+	id, err := q.insertTx(otx, m)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := otx.Mark(req, binary.BigEndian.AppendUint64(nil, id)); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// check refuses a message that cannot be enqueued, before any write.
+func (q *Queue) check(m *Message) error {
+	if err := q.checkOpen(); err != nil {
+		return err
+	}
+	switch {
+	case m.Key == "":
+		return oncekv.ErrKeyRequired
+	case len(m.Body) > q.opts.MaxBodySize:
+		return fmt.Errorf("%w: %d bytes, over MaxBodySize %d", ErrBodyTooLarge, len(m.Body), q.opts.MaxBodySize)
+	case q.opts.MaxBytes > 0 && int64(len(m.Key)+len(m.Body)) > q.opts.MaxBytes:
+		return fmt.Errorf("%w: %d bytes, over MaxBytes %d", ErrBodyTooLarge, len(m.Key)+len(m.Body), q.opts.MaxBytes)
+	case m.Delay < 0:
+		return fmt.Errorf("%w: negative Delay %v", ErrInvalidDuration, m.Delay)
+	}
+	return nil
+}
+
+// insertTx adds m, a new message, to the queue in otx and returns its ID;
+// the caller writes its dedup mark.
+func (q *Queue) insertTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 	t, err := q.begin(otx)
 	if err != nil {
 		return 0, err
@@ -74,9 +98,6 @@ func (q *Queue) enqueueTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 		return 0, err
 	}
 	id := t.counter("seq") + 1
-	if _, err := otx.Mark(req, binary.BigEndian.AppendUint64(nil, id)); err != nil {
-		return 0, err
-	}
 	if err := t.setCounter("seq", id); err != nil {
 		return 0, err
 	}
