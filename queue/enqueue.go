@@ -156,29 +156,32 @@ func (t *tx) makeRoom(size int64) error {
 
 // dropOldest deletes the message with the lowest ID, live or dead.
 func (t *tx) dropOldest() error {
-	lk, lv := t.msgs.Cursor().First()
-	dk, dv := t.dead.Cursor().First()
-	if lk == nil && dk == nil {
-		return fmt.Errorf("%w: empty, yet its counters say full", oncekv.ErrCorrupt)
-	}
-	if dk != nil && (lk == nil || string(dk) < string(lk)) {
-		id, err := parseID(dk)
-		if err != nil {
-			return err
-		}
-		r, err := t.decode(t.dead, id, dv)
-		if err != nil {
-			return err
-		}
-		return t.deleteDead(id, r)
-	}
-	id, err := parseID(lk)
+	lid, live, err := t.first(t.msgs)
 	if err != nil {
 		return err
 	}
-	r, err := t.decode(t.msgs, id, lv)
-	if err != nil {
+	did, dead, err := t.first(t.dead)
+	switch {
+	case err != nil:
 		return err
+	case dead != nil && (live == nil || did < lid):
+		return t.deleteDead(did, dead)
+	case live != nil:
+		return t.remove(lid, live)
 	}
-	return t.remove(id, r)
+	return fmt.Errorf("%w: empty, yet its counters say full", oncekv.ErrCorrupt)
+}
+
+// first returns the message of b with the lowest ID, or a nil record.
+func (t *tx) first(b *oncekv.Bucket) (uint64, *record, error) {
+	k, v := b.Cursor().First()
+	if k == nil {
+		return 0, nil, nil
+	}
+	id, err := parseID(k)
+	if err != nil {
+		return 0, nil, err
+	}
+	r, err := t.decode(b, id, v)
+	return id, r, err
 }

@@ -15,18 +15,8 @@ import (
 // Example shows a producer, a consumer that acks in its own transaction,
 // and a duplicate enqueue.
 func Example() {
-	dir, _ := os.MkdirTemp("", "queue-example")
-	defer os.RemoveAll(dir)
-	db, err := oncekv.Open(filepath.Join(dir, "app.db"), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	q, err := queue.Open(db, "uploads", nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer q.Close()
+	db, q, done := exampleQueue("uploads")
+	defer done()
 	ctx := context.Background()
 
 	// The producer retries: the key makes the second enqueue a no-op.
@@ -61,12 +51,8 @@ func Example() {
 // ExampleQueue_EnqueueTx is the transactional outbox: the message exists
 // if and only if Apply's effect committed.
 func ExampleQueue_EnqueueTx() {
-	dir, _ := os.MkdirTemp("", "queue-example")
-	defer os.RemoveAll(dir)
-	db, _ := oncekv.Open(filepath.Join(dir, "app.db"), nil)
-	defer db.Close()
-	outbox, _ := queue.Open(db, "outbox", nil)
-	defer outbox.Close()
+	db, outbox, done := exampleQueue("outbox")
+	defer done()
 	ctx := context.Background()
 
 	place := func(tx *oncekv.Tx) ([]byte, error) {
@@ -94,12 +80,8 @@ func ExampleQueue_EnqueueTx() {
 // ExampleQueue_Nack shows a permanent failure going to the dead letters,
 // and a redrive with the original key.
 func ExampleQueue_Nack() {
-	dir, _ := os.MkdirTemp("", "queue-example")
-	defer os.RemoveAll(dir)
-	db, _ := oncekv.Open(filepath.Join(dir, "app.db"), nil)
-	defer db.Close()
-	q, _ := queue.Open(db, "emails", nil)
-	defer q.Close()
+	_, q, done := exampleQueue("emails")
+	defer done()
 	ctx := context.Background()
 
 	_, _ = q.Enqueue(ctx, queue.Message{Key: "welcome/42", Body: []byte("bad address")})
@@ -116,4 +98,26 @@ func ExampleQueue_Nack() {
 	// Output:
 	// welcome/42 - 550 no such user
 	// redriven: welcome/42 attempt 1
+}
+
+// exampleQueue opens a store in a temporary directory and the queue name
+// in it; done closes both and removes the directory.
+func exampleQueue(name string) (*oncekv.DB, *queue.Queue, func()) {
+	dir, err := os.MkdirTemp("", "queue-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err := oncekv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	q, err := queue.Open(db, name, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, q, func() {
+		_ = q.Close()
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+	}
 }
