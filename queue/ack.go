@@ -28,9 +28,12 @@ func (q *Queue) AckTx(otx *oncekv.Tx, m *Message) error {
 	}))
 }
 
-// Ack deletes m in its own transaction; see AckTx.
+// Ack deletes m; see AckTx. Concurrent Acks and Receives share commits.
 func (q *Queue) Ack(ctx context.Context, m *Message) error {
-	return q.update(ctx, "ack", m, func(otx *oncekv.Tx) error { return q.AckTx(otx, m) })
+	if err := ctx.Err(); err != nil {
+		return q.wrap("ack", m, err)
+	}
+	return q.wrap("ack", m, q.batch.do(ctx, func(otx *oncekv.Tx) error { return q.AckTx(otx, m) }))
 }
 
 // Nack gives m back after a failed attempt. A cause that is permanent
@@ -79,8 +82,11 @@ func (q *Queue) Extend(ctx context.Context, m *Message, d time.Duration) error {
 	if d <= 0 {
 		return q.wrap("extend", m, fmt.Errorf("%w: %v", ErrInvalidDuration, d))
 	}
+	if err := ctx.Err(); err != nil {
+		return q.wrap("extend", m, err)
+	}
 	var until int64
-	err := q.update(ctx, "extend", m, func(otx *oncekv.Tx) error {
+	err := q.batch.do(ctx, func(otx *oncekv.Tx) error {
 		return q.held(otx, m, func(t *tx, r *record) error {
 			until = t.now + int64(d)
 			r.LeaseUntil = until
@@ -90,7 +96,7 @@ func (q *Queue) Extend(ctx context.Context, m *Message, d time.Duration) error {
 	if err == nil {
 		m.LeaseUntil = time.Unix(0, until)
 	}
-	return err
+	return q.wrap("extend", m, err)
 }
 
 // update runs fn in its own write transaction, once ctx is checked.

@@ -141,6 +141,7 @@ type Queue struct {
 		wake chan struct{}
 	}
 	counters counters
+	batch    batcher // of Receive, Ack and Extend
 }
 
 type counters struct {
@@ -188,6 +189,7 @@ func Open(db *oncekv.DB, name string, opts *Options) (*Queue, error) {
 	q := &Queue{db: db, name: name, opts: o, retrier: r, b: newBuckets(name),
 		handler: "oncekv.queue." + name, fence: "oncekv.queue." + name}
 	q.mu.refs, q.mu.wake = 1, make(chan struct{})
+	q.batch.run = db.Update
 	if err := db.Update(q.b.create); err != nil {
 		return nil, q.wrap("open", nil, err)
 	}

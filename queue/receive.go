@@ -45,7 +45,7 @@ func (q *Queue) ReceiveBatch(ctx context.Context, n int) ([]*Message, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, q.wrap("receive", nil, err)
 		}
-		ms, wait, err := q.tryReceive(n)
+		ms, wait, err := q.tryReceive(ctx, n)
 		if err != nil || len(ms) > 0 {
 			return ms, q.wrap("receive", nil, err)
 		}
@@ -67,7 +67,7 @@ func (q *Queue) Poll(ctx context.Context, n int) ([]*Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, q.wrap("receive", nil, err)
 	}
-	ms, _, err := q.tryReceive(n)
+	ms, _, err := q.tryReceive(ctx, n)
 	return ms, q.wrap("receive", nil, err)
 }
 
@@ -92,7 +92,7 @@ func (q *Queue) wait(ctx context.Context, wake <-chan struct{}, d time.Duration)
 // tryReceive leases up to n visible messages. When none is visible it
 // returns how long until the next one may be (-1: none), having taken no
 // write transaction.
-func (q *Queue) tryReceive(n int) ([]*Message, time.Duration, error) {
+func (q *Queue) tryReceive(ctx context.Context, n int) ([]*Message, time.Duration, error) {
 	wait := time.Duration(-1)
 	visible := false
 	// Look in a read transaction first: an idle queue costs no commit.
@@ -114,7 +114,8 @@ func (q *Queue) tryReceive(n int) ([]*Message, time.Duration, error) {
 		return nil, wait, err
 	}
 	var ms []*Message
-	err = q.db.Update(func(otx *oncekv.Tx) (err error) {
+	// Shared with concurrent receivers and acks: one commit for all.
+	err = q.batch.do(ctx, func(otx *oncekv.Tx) (err error) {
 		ms, err = q.receiveTx(otx, n)
 		return err
 	})
