@@ -31,6 +31,7 @@ type queueConfig struct {
 	shallow int // queued messages for the small side of the depth cell
 	deep    int // and for the large side
 	e2e     int // messages of the end-to-end latency cell
+	cells   string
 }
 
 func parseQueueFlags(args []string) (queueConfig, error) {
@@ -42,6 +43,7 @@ func parseQueueFlags(args []string) (queueConfig, error) {
 	fs.IntVar(&c.shallow, "shallow", 1000, "messages queued in the small depth cell")
 	fs.IntVar(&c.deep, "deep", 1000000, "messages queued in the large depth cell")
 	fs.IntVar(&c.e2e, "e2e", 300, "messages of the end-to-end latency cell")
+	fs.StringVar(&c.cells, "cells", "enqueue,batch,receive,e2e,depth", "the cells to run, comma-separated")
 	return c, fs.Parse(args)
 }
 
@@ -213,8 +215,11 @@ func runQueueBench(args []string) error {
 	ctx := context.Background()
 	body := make([]byte, 256)
 	fmt.Printf("queue suite: %d messages per cell, %d-byte bodies, durable (fsync per commit)\n", c.n, len(body))
-	fmt.Printf("%-34s %14s %14s %8s\n", "cell", "oncekv", "goqite", "ratio")
-	row := func(name, unit string, f func(p queuePeer, dir string) (float64, error)) error {
+	fmt.Printf("%-34s %14s %14s %8s\n", "cell", "oncekv", "goqite", "oncekv/goqite")
+	row := func(cell, name, unit string, f func(p queuePeer, dir string) (float64, error)) error {
+		if !slices.Contains(strings.Split(c.cells, ","), cell) {
+			return nil
+		}
 		var vals []float64
 		for _, peer := range queuePeers {
 			dir, err := os.MkdirTemp(c.dir, peer.name)
@@ -237,13 +242,13 @@ func runQueueBench(args []string) error {
 		return nil
 	}
 	for _, w := range []int{1, 8} {
-		if err := row(fmt.Sprintf("enqueue, %d producers", w), "/s", func(p queuePeer, _ string) (float64, error) {
+		if err := row("enqueue", fmt.Sprintf("enqueue, %d producers", w), "/s", func(p queuePeer, _ string) (float64, error) {
 			return parallel(c.n, w, func(i int) error { return p.enqueue(ctx, fmt.Sprint("k", i), body) })
 		}); err != nil {
 			return err
 		}
 	}
-	if err := row(fmt.Sprintf("enqueue, batches of %d", c.batch), "/s", func(p queuePeer, _ string) (float64, error) {
+	if err := row("batch", fmt.Sprintf("enqueue, batches of %d", c.batch), "/s", func(p queuePeer, _ string) (float64, error) {
 		start := time.Now()
 		for i := 0; i < c.n; i += c.batch {
 			keys := make([]string, 0, c.batch)
@@ -259,7 +264,7 @@ func runQueueBench(args []string) error {
 		return err
 	}
 	for _, w := range []int{1, 8} {
-		if err := row(fmt.Sprintf("receive+ack, %d consumers", w), "/s", func(p queuePeer, _ string) (float64, error) {
+		if err := row("receive", fmt.Sprintf("receive+ack, %d consumers", w), "/s", func(p queuePeer, _ string) (float64, error) {
 			if err := fillQueue(ctx, p, c.n, c.batch, body); err != nil {
 				return 0, err
 			}
@@ -275,7 +280,7 @@ func runQueueBench(args []string) error {
 		}
 	}
 	for _, q := range []float64{0.5, 0.99} {
-		if err := row(fmt.Sprintf("end-to-end p%.0f, blocking receive", q*100), "µs", func(p queuePeer, _ string) (float64, error) {
+		if err := row("e2e", fmt.Sprintf("end-to-end p%.0f, blocking receive", q*100), "µs", func(p queuePeer, _ string) (float64, error) {
 			lat, err := endToEnd(ctx, p, c.e2e, body)
 			if err != nil {
 				return 0, err
@@ -286,12 +291,15 @@ func runQueueBench(args []string) error {
 		}
 	}
 	for _, depth := range []int{c.shallow, c.deep} {
-		if err := row(fmt.Sprintf("receive+ack with %d queued", depth), "/s", func(p queuePeer, _ string) (float64, error) {
+		if err := row("depth", fmt.Sprintf("receive+ack with %d queued", depth), "/s", func(p queuePeer, _ string) (float64, error) {
 			if err := fillQueue(ctx, p, depth+c.n/4, 1000, body); err != nil {
 				return 0, err
 			}
 			return parallel(c.n/4, 1, func(int) error {
-				_, err := p.receiveAck(ctx)
+				ok, err := p.receiveAck(ctx)
+				if err == nil && !ok {
+					err = errors.New("no visible message in a full queue")
+				}
 				return err
 			})
 		}); err != nil {
