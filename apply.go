@@ -248,6 +248,9 @@ type op struct {
 	// raised again in the op's own caller.
 	panicVal any
 	goexit   bool
+	// hooks are the OnCommit hooks its effect registered, in the attempt
+	// that committed when kind is outcomeApplied.
+	hooks []func()
 	// checkFrom is the start of the oldest window the write path must look
 	// in; older ones were sealed and found empty of this key by the
 	// snapshot (see findMarkFrom).
@@ -384,6 +387,9 @@ func (db *DB) finish(o *op) (Result, error) {
 // settle counts and logs o's outcome and returns it as the caller sees it.
 func (db *DB) settle(o *op) (Result, error) {
 	db.stats.count(o.req.Handler, o.kind)
+	if o.kind == outcomeApplied {
+		defer runHooks(o.hooks)
+	}
 	if o.kind == outcomeDuplicate && db.log.Enabled(o.ctx, slog.LevelInfo) {
 		db.log.LogAttrs(o.ctx, slog.LevelInfo, "duplicate suppressed",
 			slog.String("handler", o.req.Handler),
@@ -610,9 +616,12 @@ type effectResult struct {
 // o.goexit for finish to repeat in the caller's goroutine. An ApplyBatch
 // effect is the calling goroutine's own, and runs on it.
 func runEffect(tx *Tx, o *op) (r effectResult) {
+	o.hooks = nil // an earlier attempt's hooks were rolled back with it
 	if o.effect == nil {
 		return r
 	}
+	tx.w.owner = o
+	defer func() { tx.w.owner = nil }()
 	if o.wake == nil {
 		callEffect(tx, o, &r)
 		return r

@@ -337,10 +337,12 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 // before the commit, including while waiting for the write lock; ErrClosed.
 func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *Tx) error) (Result, error) {
 	var res Result
+	var done *writeTx
 	err := c.run(func() error {
 		resp := bytes.Clone(response) // the caller may reuse response at once
 		var first int64
 		err := c.updateLocked(ctx, outcomeApplied, c.db.checkResponse(len(resp)), func(w *writeTx, m *bucket.FoundMark) error {
+			done = w
 			if effect != nil {
 				c.db.crashAt(crashBeforeEffect)
 				if err := callUser(func() error { return effect(w.tx) }); err != nil {
@@ -368,6 +370,9 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *T
 		}
 		return err
 	})
+	if err == nil && done != nil {
+		runHooks(done.hooks) // outside the claim's lock: a hook may use the claim
+	}
 	return res, c.wrap(err)
 }
 

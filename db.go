@@ -353,9 +353,15 @@ func (db *DB) Update(fn func(tx *Tx) error) error {
 		return ErrClosed
 	}
 	defer db.life.exit()
-	return db.write(func(w *writeTx) error {
+	var done *writeTx
+	err := db.write(func(w *writeTx) error {
+		done = w
 		return callUser(func() error { return fn(w.tx) })
 	})
+	if err == nil {
+		runHooks(done.hooks) // after the commit and the write lock
+	}
+	return err
 }
 
 // View runs fn in a read-only transaction, which sees a consistent snapshot.
@@ -381,6 +387,7 @@ func (db *DB) View(fn func(tx *Tx) error) error {
 	return db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
 			tx := newTx(btx)
+			tx.db = db
 			defer tx.end()
 			return callUser(func() error { return fn(tx) })
 		})

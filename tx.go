@@ -20,6 +20,8 @@ type Cursor = bucket.Cursor
 type Tx struct {
 	btx  *bolt.Tx
 	life bucket.Life
+	w    *writeTx // the write transaction, nil in a read-only one
+	db   *DB      // set in read-only ones, for Now
 }
 
 func newTx(btx *bolt.Tx) *Tx { return &Tx{btx: btx} }

@@ -36,6 +36,10 @@ type writeTx struct {
 	bloomNegatives, bloomFalsePositives uint64
 	// clockSaved: this transaction saves the store's clock (saveClockLocked).
 	clockSaved bool
+	// hooks are OnCommit's, for the caller of write; owner is the op whose
+	// effect is running, which gets its own (see Tx.OnCommit).
+	hooks []func()
+	owner *op
 }
 
 // lookupCounts are the counters a transaction moves: refused fenced writes
@@ -153,6 +157,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		return db.bolt.Update(func(btx *bolt.Tx) error {
 			txid = btx.ID()
 			w = &writeTx{db: db, btx: btx, tx: newTx(btx), now: db.clock.read()}
+			w.tx.w = w
 			db.current = w
 			defer func() {
 				db.current = nil

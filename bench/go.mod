@@ -11,6 +11,7 @@ require (
 	go.etcd.io/bbolt v1.4.3
 	golang.org/x/sys v0.45.0
 	gonum.org/v1/plot v0.17.0
+	maragu.dev/goqite v0.4.0
 )
 
 require (

@@ -10,6 +10,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "queue" {
+		if err := runQueueBench(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench queue:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if err == nil {
 		err = runSuite(cfg)

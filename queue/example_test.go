@@ -1,0 +1,123 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/queue"
+)
+
+// Example shows a producer, a consumer that acks in its own transaction,
+// and a duplicate enqueue.
+func Example() {
+	db, q, done := exampleQueue("uploads")
+	defer done()
+	ctx := context.Background()
+
+	// The producer retries: the key makes the second enqueue a no-op.
+	id1, _ := q.Enqueue(ctx, queue.Message{Key: "evt-17", Body: []byte("photo.jpg")})
+	id2, _ := q.Enqueue(ctx, queue.Message{Key: "evt-17", Body: []byte("photo.jpg")})
+	fmt.Println("same id:", id1 == id2)
+
+	// The consumer: its effect and the ack commit together.
+	m, err := q.Receive(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = db.Update(func(tx *oncekv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("thumbnails"))
+		if err != nil {
+			return err
+		}
+		if err := b.Put(m.Body, []byte("done")); err != nil {
+			return err
+		}
+		return q.AckTx(tx, m)
+	})
+	fmt.Println("attempt", m.Attempt, "acked:", err == nil)
+	st, _ := q.Stats()
+	fmt.Println("depth:", st.Depth)
+	// Output:
+	// same id: true
+	// attempt 1 acked: true
+	// depth: 0
+}
+
+// ExampleQueue_EnqueueTx is the transactional outbox: the message exists
+// if and only if Apply's effect committed.
+func ExampleQueue_EnqueueTx() {
+	db, outbox, done := exampleQueue("outbox")
+	defer done()
+	ctx := context.Background()
+
+	place := func(tx *oncekv.Tx) ([]byte, error) {
+		orders, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return nil, err
+		}
+		if err := orders.Put([]byte("o-1"), []byte("placed")); err != nil {
+			return nil, err
+		}
+		_, err = outbox.EnqueueTx(tx, queue.Message{Key: "order-placed/o-1", Body: []byte("o-1")})
+		return nil, err
+	}
+	for range 3 { // the request is delivered three times
+		if _, err := db.Apply(ctx, oncekv.Request{Handler: "place-order", Key: "o-1"}, place); err != nil {
+			log.Fatal(err)
+		}
+	}
+	st, _ := outbox.Stats()
+	fmt.Println("messages in the outbox:", st.Depth)
+	// Output:
+	// messages in the outbox: 1
+}
+
+// ExampleQueue_Nack shows a permanent failure going to the dead letters,
+// and a redrive with the original key.
+func ExampleQueue_Nack() {
+	_, q, done := exampleQueue("emails")
+	defer done()
+	ctx := context.Background()
+
+	_, _ = q.Enqueue(ctx, queue.Message{Key: "welcome/42", Body: []byte("bad address")})
+	m, _ := q.Receive(ctx)
+	_ = q.Nack(ctx, m, oncekv.Permanent(errors.New("550 no such user")))
+
+	dead, _ := q.DeadLetters(0, 10)
+	fmt.Println(dead[0].Key, "-", dead[0].LastError)
+	if _, err := q.Redrive(ctx, dead[0].ID); err != nil {
+		log.Fatal(err)
+	}
+	m, _ = q.Receive(ctx)
+	fmt.Println("redriven:", m.Key, "attempt", m.Attempt)
+	// Output:
+	// welcome/42 - 550 no such user
+	// redriven: welcome/42 attempt 1
+}
+
+// exampleQueue opens a store in a temporary directory and the queue name
+// in it; done closes both and removes the directory.
+func exampleQueue(name string) (*oncekv.DB, *queue.Queue, func()) {
+	dir, err := os.MkdirTemp("", "queue-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err := oncekv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	q, err := queue.Open(db, name, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, q, func() {
+		_ = q.Close()
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+	}
+}

@@ -1,0 +1,40 @@
+package queue
+
+import "time"
+
+// Message is one message of a queue. Enqueue reads Key, Body, OrderingKey
+// and Delay; Receive fills in the rest.
+type Message struct {
+	// ID is the queue's number for the message, increasing in enqueue
+	// order. A redriven dead letter gets a new one.
+	ID uint64
+	// Key is the idempotency key: required, stable across every delivery,
+	// takeover and redrive. Hand it to the far side, or Apply with it, to
+	// deduplicate.
+	Key string
+	// Body is the payload; the same key with another body is
+	// oncekv.ErrKeyReuse.
+	Body []byte
+	// OrderingKey, if set, delivers the messages that share it one at a
+	// time, in enqueue order (SQS FIFO's message group).
+	OrderingKey string
+	// Delay keeps a new message invisible that long after it is enqueued.
+	Delay time.Duration
+
+	// Attempt is the delivery's number: 1 on the first.
+	Attempt int
+	// EnqueuedAt is when it was first enqueued (by the store's clock).
+	EnqueuedAt time.Time
+	// Token is the fencing token of this delivery's lease: greater than
+	// every earlier delivery's of the queue. Hand it to the far side with
+	// the key, to fence a late zombie; never use it as the key.
+	Token uint64
+	// LeaseUntil is when the lease ends and the message becomes visible
+	// again, unless acked, nacked or extended first.
+	LeaseUntil time.Time
+	// LastError is the message of the cause of the last nack (or of the
+	// lease that ran out), empty before the first.
+	LastError string
+	// DeadAt is when it was dead-lettered; zero for a live message.
+	DeadAt time.Time
+}

@@ -1,0 +1,263 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/retry"
+)
+
+// Defaults of Options' fields.
+const (
+	DefaultVisibility  = 30 * time.Second
+	DefaultMaxBodySize = 1 << 20
+	// MaxOpenQueues bounds the queues open at once in a process (the
+	// registry that lets Open find an open queue is keyed by their names).
+	MaxOpenQueues = 1024
+	// maxNameLen bounds a queue name, so bucket names stay short.
+	maxNameLen = 64
+)
+
+// FullPolicy says what Enqueue does when the queue is full.
+type FullPolicy int
+
+const (
+	// Reject refuses the message with ErrFull: the producer decides.
+	Reject FullPolicy = iota
+	// DropOldest deletes the oldest messages (live or dead, lowest ID
+	// first) until the new one fits, and counts them in Stats.Dropped.
+	DropOldest
+)
+
+// Options configures a queue. Pass nil to Open for all defaults; a zero
+// field takes its default. Open works on a copy.
+type Options struct {
+	// Visibility is the lease a Receive takes: the message stays invisible
+	// to other receivers that long, unless extended, acked or nacked.
+	// Default 30s.
+	Visibility time.Duration
+
+	// Retry is the nack policy: the backoff (full jitter between 0 and
+	// min(Cap, Base×2^(attempt-1))), Retry-After floors and MaxAttempts
+	// (deliveries before a message is dead-lettered). nil: retry's
+	// defaults (Base 1s, Cap 5m, MaxAttempts 10). Its Now, Sleep and
+	// Budget are not used: the queue reads the store's clock.
+	Retry *retry.Policy
+
+	// MaxMessages bounds the messages the queue holds, dead letters
+	// included. Default 0: no bound.
+	MaxMessages int
+
+	// MaxBytes bounds the sum of the keys and bodies the queue holds, dead
+	// letters included. Default 0: no bound.
+	MaxBytes int64
+
+	// MaxBodySize bounds one body. Default 1 MiB.
+	MaxBodySize int
+
+	// WhenFull is what Enqueue does when MaxMessages or MaxBytes would be
+	// exceeded. Default Reject.
+	WhenFull FullPolicy
+
+	// Timer waits for a delayed message on the store's clock: it returns a
+	// channel that receives once d has passed, and a function that stops
+	// it. Default: time.NewTimer's. Tests that inject oncekv.Options.Now
+	// inject a Timer driven by the same fake clock.
+	Timer func(d time.Duration) (<-chan time.Time, func() bool)
+}
+
+func (o *Options) withDefaults() (Options, *retry.Retrier, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	var errs []error
+	if c.Visibility == 0 {
+		c.Visibility = DefaultVisibility
+	}
+	if c.Visibility < 0 {
+		errs = append(errs, fmt.Errorf("Visibility %v is negative", c.Visibility))
+	}
+	if c.MaxBodySize == 0 {
+		c.MaxBodySize = DefaultMaxBodySize
+	}
+	if c.MaxBodySize < 0 {
+		errs = append(errs, fmt.Errorf("MaxBodySize %d is negative", c.MaxBodySize))
+	}
+	if c.MaxMessages < 0 {
+		errs = append(errs, fmt.Errorf("MaxMessages %d is negative", c.MaxMessages))
+	}
+	if c.MaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBytes %d is negative", c.MaxBytes))
+	}
+	if c.WhenFull != Reject && c.WhenFull != DropOldest {
+		errs = append(errs, fmt.Errorf("WhenFull %d is unknown", c.WhenFull))
+	}
+	if c.Timer == nil {
+		c.Timer = func(d time.Duration) (<-chan time.Time, func() bool) {
+			t := time.NewTimer(d)
+			return t.C, t.Stop
+		}
+	}
+	r, err := retry.New(c.Retry)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return c, nil, fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
+	}
+	return c, r, nil
+}
+
+// same reports whether two queues' options agree, for a second Open.
+func (o *Options) same(p *Options, a, b *retry.Retrier) bool {
+	pa, pb := a.Policy(), b.Policy()
+	return o.Visibility == p.Visibility && o.MaxMessages == p.MaxMessages &&
+		o.MaxBytes == p.MaxBytes && o.MaxBodySize == p.MaxBodySize && o.WhenFull == p.WhenFull &&
+		pa.Base == pb.Base && pa.Cap == pb.Cap && pa.MaxAttempts == pb.MaxAttempts && pa.MaxRetryAfter == pb.MaxRetryAfter
+}
+
+// Queue is a named queue in an open store. It is safe for concurrent use.
+type Queue struct {
+	db      *oncekv.DB
+	name    string
+	opts    Options
+	retrier *retry.Retrier
+	b       buckets
+	handler string // of the enqueue marks
+	fence   string // the resource of the lease tokens
+
+	mu struct {
+		sync.Mutex
+		refs   int
+		closed bool
+		// wake is closed (and replaced) when something may have become
+		// visible: every waiting Receive holds the channel it saw before
+		// looking.
+		wake chan struct{}
+	}
+	counters counters
+	batch    batcher // of Receive, Ack and Extend
+}
+
+type counters struct {
+	enqueued, duplicates, acked, nacked, expired, deadLettered, redriven, dropped atomic.Uint64
+}
+
+// registry finds an open queue by store and name, so two Opens of one
+// queue share its wake-ups and counters. At most MaxOpenQueues entries.
+var registry = struct {
+	sync.Mutex
+	open map[regKey]*Queue
+}{open: map[regKey]*Queue{}}
+
+type regKey struct {
+	db   *oncekv.DB
+	name string
+}
+
+// Open returns the queue name in db, creating its buckets on first use.
+// opts may be nil for defaults. Opening a queue that is already open in
+// this process returns the same *Queue if the options agree
+// (ErrConflictingOptions if not); each Open needs its own Close.
+func Open(db *oncekv.DB, name string, opts *Options) (*Queue, error) {
+	if err := checkName(name); err != nil {
+		return nil, &Error{Op: "open", Queue: clip(name), Err: err}
+	}
+	o, r, err := opts.withDefaults()
+	if err != nil {
+		return nil, &Error{Op: "open", Queue: name, Err: err}
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if q := registry.open[regKey{db, name}]; q != nil {
+		if !q.opts.same(&o, q.retrier, r) {
+			return nil, &Error{Op: "open", Queue: name, Err: ErrConflictingOptions}
+		}
+		q.mu.Lock()
+		q.mu.refs++
+		q.mu.Unlock()
+		return q, nil
+	}
+	if len(registry.open) >= MaxOpenQueues {
+		return nil, &Error{Op: "open", Queue: name, Err: ErrTooManyQueues}
+	}
+	q := &Queue{db: db, name: name, opts: o, retrier: r, b: newBuckets(name),
+		handler: "oncekv.queue." + name, fence: "oncekv.queue." + name}
+	q.mu.refs, q.mu.wake = 1, make(chan struct{})
+	q.batch.run = db.Update
+	if err := db.Update(q.b.create); err != nil {
+		return nil, q.wrap("open", nil, err)
+	}
+	registry.open[regKey{db, name}] = q
+	return q, nil
+}
+
+// checkName refuses names that would make odd bucket names.
+func checkName(name string) error {
+	if name == "" || len(name) > maxNameLen {
+		return fmt.Errorf("%w: %d bytes, want 1 to %d", ErrInvalidName, len(name), maxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: byte %q at %d", ErrInvalidName, c, i)
+		}
+	}
+	return nil
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Close releases this Open of the queue; once every Open is closed, its
+// waiting and later calls return ErrQueueClosed. The store stays open and
+// the messages stay in it. Closing more often than opening is not an error.
+func (q *Queue) Close() error {
+	registry.Lock()
+	defer registry.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.mu.closed {
+		return nil
+	}
+	q.mu.refs--
+	if q.mu.refs > 0 {
+		return nil
+	}
+	q.mu.closed = true
+	close(q.mu.wake)
+	delete(registry.open, regKey{q.db, q.name})
+	return nil
+}
+
+// waitChan returns the channel the next wake-up closes, or an error once
+// the queue is closed.
+func (q *Queue) waitChan() (<-chan struct{}, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.mu.closed {
+		return nil, ErrQueueClosed
+	}
+	return q.mu.wake, nil
+}
+
+// wakeAll wakes every waiting Receive: something may have become visible.
+func (q *Queue) wakeAll() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.mu.closed {
+		return
+	}
+	close(q.mu.wake)
+	q.mu.wake = make(chan struct{})
+}
+
+func (q *Queue) checkOpen() error {
+	_, err := q.waitChan()
+	return err
+}

@@ -1,0 +1,182 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/oncekv/oncekv"
+)
+
+// Receive takes the oldest visible message and leases it for the queue's
+// Visibility, with a fresh fencing token. It blocks until a message is
+// visible or ctx is done: an enqueue, nack or redrive committed in this
+// process wakes it at once, and a delayed message (or a lease running out)
+// at its time, by a timer on the store's clock, without polling.
+//
+// A message whose lease ran out is delivered again with Attempt one
+// higher; one that had MaxAttempts deliveries already is dead-lettered
+// instead, with LastError saying its lease ran out.
+//
+// Errors: ctx's error, ErrQueueClosed, the store's errors; each names the
+// queue.
+func (q *Queue) Receive(ctx context.Context) (*Message, error) {
+	ms, err := q.ReceiveBatch(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	return ms[0], nil
+}
+
+// ReceiveBatch is Receive for up to n messages, leased in one transaction
+// (one commit): it blocks until at least one is visible, and returns those
+// visible then, oldest first. n must be positive.
+func (q *Queue) ReceiveBatch(ctx context.Context, n int) ([]*Message, error) {
+	if n <= 0 {
+		return nil, q.wrap("receive", nil, fmt.Errorf("%w: batch size %d", ErrInvalidOptions, n))
+	}
+	for {
+		// Take the wake channel before looking, so an enqueue committed
+		// after the look wakes this wait.
+		wake, err := q.waitChan()
+		if err != nil {
+			return nil, q.wrap("receive", nil, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, q.wrap("receive", nil, err)
+		}
+		ms, wait, err := q.tryReceive(ctx, n)
+		if err != nil || len(ms) > 0 {
+			return ms, q.wrap("receive", nil, err)
+		}
+		if err := q.wait(ctx, wake, wait); err != nil {
+			return nil, q.wrap("receive", nil, err)
+		}
+	}
+}
+
+// Poll is ReceiveBatch without the wait: it leases up to n messages
+// visible now, and returns none at once when none is.
+func (q *Queue) Poll(ctx context.Context, n int) ([]*Message, error) {
+	if n <= 0 {
+		return nil, q.wrap("receive", nil, fmt.Errorf("%w: batch size %d", ErrInvalidOptions, n))
+	}
+	if err := q.checkOpen(); err != nil {
+		return nil, q.wrap("receive", nil, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, q.wrap("receive", nil, err)
+	}
+	ms, _, err := q.tryReceive(ctx, n)
+	return ms, q.wrap("receive", nil, err)
+}
+
+// wait blocks until wake is closed, d has passed on the queue's timer
+// (d < 0: no timer) or ctx is done.
+func (q *Queue) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
+	var timer <-chan time.Time
+	if d >= 0 {
+		c, stop := q.opts.Timer(d)
+		defer stop()
+		timer = c
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wake:
+	case <-timer:
+	}
+	return nil
+}
+
+// tryReceive leases up to n visible messages. When none is visible it
+// returns how long until the next one may be (-1: none), having taken no
+// write transaction.
+func (q *Queue) tryReceive(ctx context.Context, n int) ([]*Message, time.Duration, error) {
+	wait := time.Duration(-1)
+	visible := false
+	// Look in a read transaction first: an idle queue costs no commit.
+	err := q.db.View(func(otx *oncekv.Tx) error {
+		k, _ := otx.Bucket(q.b.index).Cursor().First()
+		if k == nil {
+			return nil
+		}
+		at, _, err := parseIndexKey(k)
+		if err != nil {
+			return err
+		}
+		now := otx.Now().UnixNano()
+		visible = at <= now
+		wait = time.Duration(at - now)
+		return nil
+	})
+	if err != nil || !visible {
+		return nil, wait, err
+	}
+	var ms []*Message
+	// Shared with concurrent receivers and acks: one commit for all.
+	err = q.batch.do(ctx, func(otx *oncekv.Tx) (err error) {
+		ms, err = q.receiveTx(otx, n)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	// Another receiver may have been first: look again (wait 0).
+	return ms, 0, nil
+}
+
+// receiveTx leases up to n visible messages in otx.
+func (q *Queue) receiveTx(otx *oncekv.Tx, n int) ([]*Message, error) {
+	t, err := q.begin(otx)
+	if err != nil {
+		return nil, err
+	}
+	var ms []*Message
+	maxAttempts := q.retrier.Policy().MaxAttempts
+	for len(ms) < n {
+		// First again each time: the leased message moved to its lease's
+		// end, so the next visible one is first now.
+		k, _ := t.index.Cursor().First()
+		if k == nil {
+			break
+		}
+		at, id, err := parseIndexKey(k)
+		if err != nil {
+			return nil, err
+		}
+		if at > t.now {
+			break
+		}
+		r, err := t.get(t.msgs, id)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			return nil, fmt.Errorf("%w: index entry of message %d, which is missing", oncekv.ErrCorrupt, id)
+		}
+		if r.LeaseUntil != 0 {
+			// The lease ran out before an ack or nack.
+			q.countOnCommit(otx, &q.counters.expired)
+			r.LastError = fmt.Sprintf("lease of attempt %d ran out", r.Attempt)
+			if maxAttempts > 0 && r.Attempt >= maxAttempts {
+				if err := t.bury(id, r); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		token, err := otx.NextFence(q.fence)
+		if err != nil {
+			return nil, err
+		}
+		r.Attempt++
+		r.Token = token
+		r.LeaseUntil = t.now + int64(q.opts.Visibility)
+		if err := t.setVisible(id, r, r.LeaseUntil, true); err != nil {
+			return nil, err
+		}
+		ms = append(ms, r.message(id))
+	}
+	return ms, nil
+}

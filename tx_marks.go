@@ -1,0 +1,131 @@
+package oncekv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/oncekv/oncekv/bucket"
+)
+
+// ErrMarkOwnKey is returned by Tx.Mark called from Apply's effect with the
+// very (handler, key) that Apply is applying: Apply writes that mark
+// itself when the effect returns.
+var ErrMarkOwnKey = errors.New("oncekv: mark: the key is the one its Apply is applying")
+
+// Mark records req in the open write transaction exactly as Apply would
+// record it, with response as the stored response, and returns the result
+// Apply would return, so an effect (or any Update) can deduplicate work of
+// its own: an outbox message, a second handler's key.
+//
+// If (req.Handler, req.Key) already has a DONE mark within the dedup
+// window, Mark writes nothing and returns its stored response with
+// Duplicate set (the caller should then skip the work), or ErrKeyReuse
+// when the mark was made with another payload; a FAILED mark returns its
+// *FailedError and a live claim ErrInProgress. Otherwise it writes a DONE
+// mark, in the window of the transaction's time (Tx.Now), which commits or
+// rolls back with the rest of the transaction. The same windows, expiry
+// and Bloom filters serve Mark and Apply: a key marked here is a duplicate
+// for Apply and the reverse, and a second Mark of the key in the same
+// transaction is a duplicate too. The filters learn the key only once the
+// transaction has committed.
+//
+// Errors, wrapped in a *RequestError naming the handler and key:
+// ErrTxNotWritable in a read-only transaction, ErrTxClosed after it ended,
+// ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrMarkOwnKey, and
+// the answers above. An error writes nothing.
+func (tx *Tx) Mark(req Request, response []byte) (Result, error) {
+	res, kind, err := tx.mark(&req, response)
+	if w := tx.w; w != nil && kind != outcomeNone {
+		// Counted when (if) the transaction commits: a rolled-back group
+		// attempt runs its effects again.
+		handler, stats := req.Handler, &w.db.stats
+		w.onCommit(func() { stats.count(handler, kind) })
+	}
+	return res, requestError("mark", &req, err)
+}
+
+// LookupMark answers as Mark would, without writing: found reports that
+// (req.Handler, req.Key) has a mark that decides it (res is then Mark's
+// answer, err its error: ErrKeyReuse, a *FailedError or ErrInProgress), and
+// false means Mark would write a new mark. A caller checks first, and
+// writes only once it knows it has room, for example.
+func (tx *Tx) LookupMark(req Request) (res Result, found bool, err error) {
+	o, m, err := tx.lookup(&req)
+	if err != nil {
+		return Result{}, false, requestError("mark", &req, err)
+	}
+	if m == nil || !o.answer(m, tx.w.now) {
+		return Result{}, false, nil
+	}
+	return o.res, true, requestError("mark", &req, o.err)
+}
+
+// lookup validates req and finds its mark in the open write transaction.
+func (tx *Tx) lookup(req *Request) (*op, *bucket.FoundMark, error) {
+	if err := tx.checkWrite(); err != nil {
+		return nil, nil, err
+	}
+	w := tx.w
+	o, err := w.db.newOp(nil, req, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.owner != nil && bytes.Equal(w.owner.mkey, o.mkey) {
+		return nil, nil, ErrMarkOwnKey
+	}
+	m, err := w.db.findMark(w.btx, o.mkey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return o, m, nil
+}
+
+func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
+	o, found, err := tx.lookup(req)
+	switch {
+	case errors.Is(err, ErrTxClosed), errors.Is(err, ErrTxNotWritable):
+		return Result{}, outcomeNone, err
+	case err != nil && !errors.Is(err, ErrCorrupt): // bad input
+		return Result{}, outcomeInvalid, err
+	case err != nil:
+		return Result{}, outcomeAborted, err
+	}
+	w := tx.w
+	if found != nil && o.answer(found, w.now) {
+		return o.res, o.kind, o.err
+	}
+	resp := bytes.Clone(response)
+	mark := bucket.Mark{State: bucket.Done, PayloadHash: o.hash, Response: resp, FirstSeen: w.now.UnixNano()}
+	window := w.db.placeMark(w.now)
+	if found != nil {
+		// An expired claim is taken over where it was first seen, as Apply
+		// does.
+		mark.FirstSeen, window = found.FirstSeen, found.Window
+	}
+	if err := w.putMark(window, o.mkey, &mark); err != nil {
+		return Result{}, outcomeAborted, fmt.Errorf("oncekv: write mark: %w", err)
+	}
+	return Result{Response: bytes.Clone(resp), FirstSeen: timeFromNano(mark.FirstSeen)}, outcomeApplied, nil
+}
+
+// NextFence issues a fencing token for resource inside the transaction:
+// the same counter as DB.NextFence, strictly greater than every token
+// issued for resource before, and committed with the transaction. If the
+// transaction rolls back, so does the counter, and the token was never
+// issued: nothing can have used it outside, since the transaction's
+// writes never became visible.
+//
+// Errors: ErrTxNotWritable in a read-only transaction, ErrTxClosed after
+// it ended, ErrResourceRequired for an empty resource, ErrKeyTooLarge for
+// one over bbolt's key limit; each names the resource.
+func (tx *Tx) NextFence(resource string) (uint64, error) {
+	if err := tx.checkWrite(); err != nil {
+		return 0, &resourceError{resource: resource, err: err}
+	}
+	token, err := bucket.NextToken(tx.btx, []byte(resource))
+	if err != nil {
+		return 0, &resourceError{resource: resource, err: err}
+	}
+	return token, nil
+}
