@@ -32,6 +32,7 @@ var classified = map[string]struct {
 	"ErrKeyTooLarge":        {oncekv.ErrKeyTooLarge, oncekv.GiveUp},
 	"ErrValueTooLarge":      {oncekv.ErrValueTooLarge, oncekv.GiveUp},
 	"ErrResponseTooLarge":   {oncekv.ErrResponseTooLarge, oncekv.GiveUp},
+	"ErrMarkOwnKey":         {oncekv.ErrMarkOwnKey, oncekv.GiveUp},
 	"ErrBucketNameRequired": {oncekv.ErrBucketNameRequired, oncekv.GiveUp},
 	"ErrInvalidOptions":     {oncekv.ErrInvalidOptions, oncekv.GiveUp},
 	"ErrInvalidWindow":      {oncekv.ErrInvalidWindow, oncekv.GiveUp},
