@@ -99,6 +99,11 @@ type Stats struct {
 	OldestMarkAge time.Duration
 	// Windows describes every live window, oldest first.
 	Windows []WindowStats
+
+	// File describes the bbolt file: size, free pages, open readers.
+	File FileStats
+	// CommitHistograms are the durations and group sizes of the commits.
+	CommitHistograms CommitHistograms
 }
 
 // WindowStats describes one live window.
@@ -123,6 +128,8 @@ func (s Stats) Sub(other Stats) Stats {
 	d.BloomFalsePositives -= other.BloomFalsePositives
 	d.ExpiredWindows -= other.ExpiredWindows
 	d.ExpiredMarks -= other.ExpiredMarks
+	d.File = s.File.Sub(other.File)
+	d.CommitHistograms = s.CommitHistograms.Sub(other.CommitHistograms)
 	return d
 }
 
@@ -145,6 +152,8 @@ func (db *DB) Stats() Stats {
 		st.LiveMarks += ws.Marks
 		st.Windows = append(st.Windows, ws)
 	}
+	st.File = db.fileStats()
+	st.CommitHistograms = db.stats.commitHist.snapshot()
 	return st
 }
 
@@ -158,6 +167,7 @@ type statsCollector struct {
 	bloomFalsePositives atomic.Uint64
 	expiredWindows      atomic.Uint64
 	expiredMarks        atomic.Uint64
+	commitHist          commitHistograms
 }
 
 type handlerCounters [outcomeCount]atomic.Uint64

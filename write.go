@@ -52,6 +52,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	var w *writeTx
 	var fnErr error
 	txid := 0 // read inside: a closed bbolt Tx reports ID -1
+	began := time.Now()
 	// guard: a damaged page makes bbolt panic; the caller gets ErrCorrupt
 	// (and, as for any commit that did not finish, the DB is poisoned).
 	err := db.guard(func() error {
@@ -83,6 +84,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		return err
 	}
 	db.stats.commits.Add(1)
+	db.stats.commitHist.record(time.Since(began), len(w.marked))
 	db.learnLocked(w.marked)
 	db.crashAt(crashAfterCommit)
 	return nil
