@@ -93,9 +93,14 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 
 	b, err := bolt.Open(path, o.FileMode, &bolt.Options{
-		Timeout:      o.OpenTimeout,
-		NoSync:       o.NoSync,
-		FreelistType: bolt.FreelistMapType,
+		Timeout: o.OpenTimeout,
+		NoSync:  o.NoSync,
+		// The array freelist hands out the lowest free pages first, so
+		// pages that expiry frees are reused before the file's end: under
+		// steady traffic the file plateaus at its first retention's size.
+		// The map freelist left freed pages scattered (1.27x the size, still
+		// growing after ten retentions); see bench/README.md, "plateau".
+		FreelistType: bolt.FreelistArrayType,
 	})
 	if err != nil {
 		return nil, openError(path, o.OpenTimeout, err)

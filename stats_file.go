@@ -4,6 +4,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // FileStats describes the bbolt file under a DB: what an operator watches to
@@ -16,6 +18,11 @@ type FileStats struct {
 	// Size is the file's length on disk in bytes. bbolt grows it in steps
 	// (doubling up to 16 MiB, then 16 MiB at a time), ahead of its use.
 	Size int64
+	// HighWater is the part of the file pages were ever allocated in:
+	// bbolt's high-water mark times the page size. Every page below it is
+	// in use or free (FreeBytes); the file beyond it (Size - HighWater) is
+	// room bbolt grew ahead of need. HighWater - FreeBytes is the data.
+	HighWater int64
 	// PageSize is the file's page size in bytes.
 	PageSize int
 	// FreePages is the number of pages on the freelist that the next write
@@ -36,8 +43,8 @@ type FileStats struct {
 	// OpenReadTxs is the number of read transactions open right now,
 	// oncekv's own (duplicate look-ups, View) included.
 	OpenReadTxs int
-	// ReadTxs counts the read transactions started since Open (a counter;
-	// the other fields are gauges).
+	// ReadTxs counts the read transactions started since Open, Stats' own
+	// included (a counter; the other fields are gauges).
 	ReadTxs uint64
 }
 
@@ -66,6 +73,12 @@ func (db *DB) fileStats() FileStats {
 		OpenReadTxs:   bs.OpenTxN,
 		ReadTxs:       uint64(max(bs.TxN, 0)),
 	}
+	// A read transaction of its own, after bbolt's figures were read so
+	// that it does not count itself among OpenReadTxs.
+	_ = db.bolt.View(func(tx *bolt.Tx) error {
+		f.HighWater = tx.Size()
+		return nil
+	})
 	// By path: bbolt does not expose its file handle. The file is locked
 	// by this process, so it is the same file unless someone renamed it.
 	if fi, err := os.Stat(db.path); err == nil {

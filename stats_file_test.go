@@ -46,6 +46,8 @@ func TestFileStatsDescribeTheFile(t *testing.T) {
 	require.Equal(t, fi.Size(), f.Size, "Size is the file's length")
 	require.Equal(t, os.Getpagesize(), f.PageSize, "a new file takes the OS page size")
 	require.Zero(t, f.OpenReadTxs)
+	require.Positive(t, f.HighWater)
+	require.LessOrEqual(t, f.HighWater, f.Size)
 
 	// Fill a window, expire it: its pages go to the freelist, and the file
 	// does not shrink.
@@ -57,6 +59,8 @@ func TestFileStatsDescribeTheFile(t *testing.T) {
 	require.EqualValues(t, 2000, exp.Marks)
 	after := db.Stats().File
 	require.Equal(t, before.Size, after.Size, "bbolt never shrinks a file")
+	require.GreaterOrEqual(t, after.HighWater, before.HighWater)
+	require.Less(t, after.FreeBytes, after.HighWater, "free pages lie below the high-water mark")
 	require.Greater(t, after.FreePages+after.PendingPages, before.FreePages+before.PendingPages,
 		"the expired window's pages are free for reuse")
 	require.Greater(t, after.FreePages+after.PendingPages, 20)

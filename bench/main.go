@@ -11,7 +11,11 @@ import (
 
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
-	if err == nil {
+	switch {
+	case err != nil:
+	case cfg.plateau.run:
+		err = plateauMain(cfg)
+	default:
 		err = runSuite(cfg)
 	}
 	if err != nil {

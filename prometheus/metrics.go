@@ -101,6 +101,8 @@ var storeMetrics = []storeMetric{
 		}),
 	gauge("db_size_bytes", "Length of the bbolt file on disk. bbolt never shrinks it; see db_free_bytes.",
 		func(st *oncekv.Stats) float64 { return float64(st.File.Size) }),
+	gauge("db_high_water_bytes", "Part of the file pages were ever allocated in; above it is room bbolt grew ahead of need.",
+		func(st *oncekv.Stats) float64 { return float64(st.File.HighWater) }),
 	gauge("db_free_bytes", "Bytes of free and pending pages inside the file, which writes reuse before it grows.",
 		func(st *oncekv.Stats) float64 { return float64(st.File.FreeBytes) }),
 	gauge("db_free_pages", "Pages on the freelist, reusable by the next write.",
