@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,32 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/oncetest"
 	oncekvprom "github.com/oncekv/oncekv/prometheus"
 )
 
 var epoch = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// fakeClock is Options.Now for a test that moves time by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func openStore(t *testing.T) (*oncekv.DB, *fakeClock, string) {
+func openStore(t *testing.T) (*oncekv.DB, *oncetest.Clock, string) {
 	t.Helper()
-	clock := &fakeClock{now: epoch}
+	clock := oncetest.NewClock(epoch)
 	path := filepath.Join(t.TempDir(), "metrics.db")
 	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true, Now: clock.Now, ExpireInterval: -1,
 		WindowSpan: time.Hour, Retention: 2 * time.Hour})
