@@ -123,6 +123,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
+	db.noteHighWater()
 	if n := db.windows.Newest(); n != nil {
 		db.clock.atLeast(n.Start) // a restart must not turn the clock back either
 	}

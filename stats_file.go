@@ -3,6 +3,7 @@ package oncekv
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -19,9 +20,10 @@ type FileStats struct {
 	// (doubling up to 16 MiB, then 16 MiB at a time), ahead of its use.
 	Size int64
 	// HighWater is the part of the file pages were ever allocated in:
-	// bbolt's high-water mark times the page size. Every page below it is
-	// in use or free (FreeBytes); the file beyond it (Size - HighWater) is
-	// room bbolt grew ahead of need. HighWater - FreeBytes is the data.
+	// bbolt's high-water mark times the page size, as of the last commit
+	// (or Open). Every page below it is in use or free (FreeBytes); the
+	// file beyond it (Size - HighWater) is room bbolt grew ahead of need.
+	// HighWater - FreeBytes is the data.
 	HighWater int64
 	// PageSize is the file's page size in bytes.
 	PageSize int
@@ -43,8 +45,8 @@ type FileStats struct {
 	// OpenReadTxs is the number of read transactions open right now,
 	// oncekv's own (duplicate look-ups, View) included.
 	OpenReadTxs int
-	// ReadTxs counts the read transactions started since Open, Stats' own
-	// included (a counter; the other fields are gauges).
+	// ReadTxs counts the read transactions started since Open, oncekv's
+	// own included (a counter; the other fields are gauges).
 	ReadTxs uint64
 }
 
@@ -73,12 +75,7 @@ func (db *DB) fileStats() FileStats {
 		OpenReadTxs:   bs.OpenTxN,
 		ReadTxs:       uint64(max(bs.TxN, 0)),
 	}
-	// A read transaction of its own, after bbolt's figures were read so
-	// that it does not count itself among OpenReadTxs.
-	_ = db.bolt.View(func(tx *bolt.Tx) error {
-		f.HighWater = tx.Size()
-		return nil
-	})
+	f.HighWater = db.stats.commitHist.highWater.Load()
 	// By path: bbolt does not expose its file handle. The file is locked
 	// by this process, so it is the same file unless someone renamed it.
 	if fi, err := os.Stat(db.path); err == nil {
@@ -174,10 +171,31 @@ func (h CommitHistograms) Sub(other CommitHistograms) CommitHistograms {
 type commitHistograms struct {
 	mu sync.Mutex
 	h  CommitHistograms
+	// highWater is FileStats.HighWater, read after each commit so that
+	// Stats needs no transaction (see committedLocked).
+	highWater atomic.Int64
 }
 
-// record adds one commit that took took and wrote marks marks. It is the
-// one call the commit path makes, after a successful commit only.
+// committedLocked is the one call the commit path makes, after a
+// successful commit only, still under writeMu: it records the commit, which
+// began at began and wrote marks marks, and reads the file's high-water
+// mark. That read is a transaction of its own, taken here because no writer
+// can be remapping the file now; a transaction inside Stats could deadlock
+// a caller who asks for Stats inside View while a writer waits to remap.
+func (db *DB) committedLocked(began time.Time, marks int) {
+	db.stats.commitHist.record(time.Since(began), marks)
+	db.noteHighWater()
+}
+
+// noteHighWater reads the file's high-water mark; Open calls it too.
+func (db *DB) noteHighWater() {
+	_ = db.bolt.View(func(tx *bolt.Tx) error {
+		db.stats.commitHist.highWater.Store(tx.Size())
+		return nil
+	})
+}
+
+// record adds one commit that took took and wrote marks marks.
 func (c *commitHistograms) record(took time.Duration, marks int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

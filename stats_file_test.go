@@ -236,3 +236,53 @@ func TestCommitHistogramsResetOnReopen(t *testing.T) {
 	require.Equal(t, oncekv.CommitHistograms{}, db.Stats().CommitHistograms, "counters start again at Open, as Prometheus expects")
 	require.Positive(t, db.Stats().File.Size)
 }
+
+// TestStatsInsideViewDoesNotWaitForAWriter: Stats takes no transaction, so
+// a caller may ask for it inside View even while a writer waits to remap
+// the file (which waits for that View to end).
+func TestStatsInsideViewDoesNotWaitForAWriter(t *testing.T) {
+	// Not oncetest.Open: after a deadlock, its Close would hang the suite.
+	db, err := oncekv.Open(filepath.Join(t.TempDir(), "view.db"), &oncekv.Options{NoSync: true, ExpireInterval: -1})
+	require.NoError(t, err)
+	require.Positive(t, db.Stats().File.HighWater, "known from Open")
+	inside, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 2)
+	go func() {
+		done <- db.View(func(*oncekv.Tx) error {
+			close(inside)
+			<-release
+			_ = db.Stats() // the writer is waiting for this View now
+			return nil
+		})
+	}()
+	<-inside
+	go func() {
+		// Big enough to make the file grow, so the commit has to remap.
+		done <- db.Update(func(tx *oncekv.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("grow"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("big"), make([]byte, 8<<20))
+		})
+	}()
+	// Give the writer time to reach the remap, where it waits for the View.
+	// Only the check's power depends on this wait, never its verdict.
+	wrote := false
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+		wrote = true
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	for range map[bool]int{true: 1, false: 2}[wrote] {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("Stats inside View deadlocked with a writer")
+		}
+	}
+	require.GreaterOrEqual(t, db.Stats().File.HighWater, int64(8<<20), "read again after the commit")
+	require.NoError(t, db.Close())
+}

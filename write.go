@@ -84,7 +84,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		return err
 	}
 	db.stats.commits.Add(1)
-	db.stats.commitHist.record(time.Since(began), len(w.marked))
+	db.committedLocked(began, len(w.marked))
 	db.learnLocked(w.marked)
 	db.crashAt(crashAfterCommit)
 	return nil
