@@ -42,10 +42,14 @@ func ExampleNew() {
 		switch f.GetName() {
 		case "oncekv_duplicates_suppressed_total", "oncekv_live_marks":
 			m := f.GetMetric()[0]
-			fmt.Println(f.GetName(), m.GetLabel(), m.GetCounter().GetValue()+m.GetGauge().GetValue())
+			labels := ""
+			for _, l := range m.GetLabel() {
+				labels += l.GetName() + "=" + l.GetValue()
+			}
+			fmt.Println(f.GetName(), labels, m.GetCounter().GetValue()+m.GetGauge().GetValue())
 		}
 	}
 	// Output:
-	// oncekv_duplicates_suppressed_total [name:"handler" value:"orders"] 2
-	// oncekv_live_marks [] 1
+	// oncekv_duplicates_suppressed_total handler=orders 2
+	// oncekv_live_marks  1
 }
