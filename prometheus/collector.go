@@ -19,7 +19,8 @@
 // the user is handler, the Request.Handler; keys never become label values.
 // Handlers are capped (Options.MaxHandlers): past the cap, new handlers are
 // summed under handler="_other", so a bug that invents handler names cannot
-// explode the number of series.
+// explode the number of series. Requests rejected as bad input are counted
+// store-wide, without a handler label.
 package prometheus
 
 import (
@@ -96,7 +97,7 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 // Collect takes one Stats snapshot and sends every metric from it.
 func (c *Collector) Collect(ch chan<- prom.Metric) {
 	st := c.db.Stats()
-	for h, counters := range c.byLabel(st.Handlers) {
+	for h, counters := range c.byLabel(&st) {
 		for _, m := range handlerMetrics {
 			for _, v := range m.values(counters) {
 				ch <- prom.MustNewConstMetric(m.desc, prom.CounterValue, float64(v.n), append([]string{h}, v.labels...)...)
@@ -120,16 +121,20 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 }
 
 // byLabel maps each handler to its label value and sums the handlers that
-// share one (_other).
-func (c *Collector) byLabel(handlers map[string]oncekv.Counters) map[string]oncekv.Counters {
+// share one (_other). Whatever Total holds beyond the handlers listed (the
+// handlers past the store's own cap, Options.MaxHandlerStats) is _other's
+// too. Invalid requests are left out: a rejected request's handler name may
+// be garbage, so they are counted store-wide (oncekv_invalid_requests_total).
+func (c *Collector) byLabel(st *oncekv.Stats) map[string]oncekv.Counters {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	names := make([]string, 0, len(handlers))
-	for h := range handlers {
+	names := make([]string, 0, len(st.Handlers))
+	for h := range st.Handlers {
 		names = append(names, h)
 	}
 	slices.Sort(names) // so that which handlers get in under the cap does not depend on map order
 	out := make(map[string]oncekv.Counters, min(len(names), c.max+1))
+	listed := oncekv.Counters{}
 	for _, h := range names {
 		label := h
 		if !c.admitted[h] {
@@ -139,7 +144,15 @@ func (c *Collector) byLabel(handlers map[string]oncekv.Counters) map[string]once
 				label = OtherHandler
 			}
 		}
-		out[label] = add(out[label], handlers[h])
+		out[label] = add(out[label], st.Handlers[h])
+		listed = add(listed, st.Handlers[h])
+	}
+	if rest := st.Total.Sub(listed); rest != (oncekv.Counters{InvalidRequests: rest.InvalidRequests}) {
+		out[OtherHandler] = add(out[OtherHandler], rest)
+	}
+	for label, counters := range out {
+		counters.InvalidRequests = 0
+		out[label] = counters
 	}
 	return out
 }

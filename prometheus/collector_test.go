@@ -107,6 +107,7 @@ oncekv_oldest_mark_age_seconds 1800
 # TYPE oncekv_windows gauge
 oncekv_windows 1
 `
+	require.Equal(t, 1.0, gather(t, c, "oncekv_invalid_requests_total", nil), "the empty key, counted store-wide")
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want),
 		"oncekv_duplicates_suppressed_total", "oncekv_idempotency_key_conflicts_total",
 		"oncekv_live_marks", "oncekv_oldest_mark_age_seconds", "oncekv_windows"))

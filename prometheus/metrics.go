@@ -39,8 +39,8 @@ func one(n uint64) []labelled { return []labelled{{n: n}} }
 var handlerMetrics = []handlerMetric{
 	{desc("apply_total", "Requests by how they ended: applied (effect committed), duplicate (stored response returned, effect not run), "+
 		"key_reuse (same key, another payload), in_progress (a live claim held the key), failed (permanent failure recorded), "+
-		"failed_replayed (a duplicate of a recorded failure), effect_error (transient, rolled back), invalid (bad input), "+
-		"aborted (context ended, commit failed, record unreadable).", "handler", "result"),
+		"failed_replayed (a duplicate of a recorded failure), effect_error (transient, rolled back), "+
+		"aborted (context ended, commit failed, record unreadable). Bad input is in oncekv_invalid_requests_total.", "handler", "result"),
 		func(c oncekv.Counters) []labelled {
 			return []labelled{
 				{c.Applied, []string{"applied"}},
@@ -50,7 +50,6 @@ var handlerMetrics = []handlerMetric{
 				{c.FailedRecorded, []string{"failed"}},
 				{c.FailedReplayed, []string{"failed_replayed"}},
 				{c.EffectErrors, []string{"effect_error"}},
-				{c.InvalidRequests, []string{"invalid"}},
 				{c.Aborted, []string{"aborted"}},
 			}
 		}},
@@ -75,6 +74,9 @@ func gauge(name, help string, value func(st *oncekv.Stats) float64) storeMetric 
 var storeMetrics = []storeMetric{
 	counter("commits_total", "Write transactions committed.",
 		func(st *oncekv.Stats) float64 { return float64(st.Commits) }),
+	counter("invalid_requests_total", "Requests rejected as bad input (empty or oversized handler or key, ...), store-wide: "+
+		"the handler name of a rejected request may be garbage, so it is no label.",
+		func(st *oncekv.Stats) float64 { return float64(st.Total.InvalidRequests) }),
 	counter("fenced_writes_total", "Writes refused by PutFenced (ErrFenced) and PutIfVersion (ErrVersionConflict, ErrUnversioned).",
 		func(st *oncekv.Stats) float64 { return float64(st.FencedWrites) }),
 	counter("bloom_negatives_total", "Window look-ups skipped because the window's Bloom filter said the key was not there.",
