@@ -116,6 +116,11 @@ type Stats struct {
 	OldestMarkAge time.Duration
 	// Windows describes every live window, oldest first.
 	Windows []WindowStats
+
+	// File describes the bbolt file: size, free pages, open readers.
+	File FileStats
+	// CommitHistograms are the durations and group sizes of the commits.
+	CommitHistograms CommitHistograms
 }
 
 // WindowStats describes one live window.
@@ -142,6 +147,8 @@ func (s Stats) Sub(other Stats) Stats {
 	d.ExpiredWindows -= other.ExpiredWindows
 	d.ExpiredMarks -= other.ExpiredMarks
 	d.ClockJumps -= other.ClockJumps
+	d.File = s.File.Sub(other.File)
+	d.CommitHistograms = s.CommitHistograms.Sub(other.CommitHistograms)
 	return d
 }
 
@@ -165,6 +172,8 @@ func (db *DB) Stats() Stats {
 		st.LiveMarks += ws.Marks
 		st.Windows = append(st.Windows, ws)
 	}
+	st.File = db.fileStats()
+	st.CommitHistograms = db.stats.commitHist.snapshot()
 	return st
 }
 
@@ -193,6 +202,7 @@ type statsCollector struct {
 	bloomFalsePositives atomic.Uint64
 	expiredWindows      atomic.Uint64
 	expiredMarks        atomic.Uint64
+	commitHist          commitHistograms
 }
 
 type handlerCounters [outcomeCount]atomic.Uint64

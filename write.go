@@ -151,6 +151,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	var w *writeTx
 	var fnErr error
 	txid := 0 // read inside: a closed bbolt Tx reports ID -1
+	began := time.Now()
 	// guard: a damaged page makes bbolt panic; the caller gets ErrCorrupt
 	// (and, as for any commit that did not finish, the DB is poisoned).
 	err := db.guard(func() error {
@@ -191,6 +192,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	if w.clockSaved {
 		db.clockSaved = w.now.UnixNano()
 	}
+	db.committedLocked(began, len(w.marked))
 	db.learnLocked(w.marked)
 	db.unlearnLocked(w.unmarked)
 	db.crashAt(crashAfterCommit)

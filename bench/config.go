@@ -29,6 +29,7 @@ type config struct {
 	tmp        string // where the stores live; its device is the one measured
 	quick      bool
 	cpuProfile string
+	plateau    plateauConfig
 }
 
 func parseFlags(args []string) (config, error) {
@@ -57,6 +58,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.quick, "quick", false, "smaller runs: the suite in under 2 minutes")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.BoolVar(&full, "full", false, "growth curve up to 10M live marks")
+	plateauFlags(fs, &c.plateau)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

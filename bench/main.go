@@ -18,7 +18,11 @@ func main() {
 		return
 	}
 	cfg, err := parseFlags(os.Args[1:])
-	if err == nil {
+	switch {
+	case err != nil:
+	case cfg.plateau.run:
+		err = plateauMain(cfg)
+	default:
 		err = runSuite(cfg)
 	}
 	if err != nil {
