@@ -33,6 +33,7 @@ var classified = map[string]struct {
 	"ErrValueTooLarge":      {oncekv.ErrValueTooLarge, oncekv.GiveUp},
 	"ErrResponseTooLarge":   {oncekv.ErrResponseTooLarge, oncekv.GiveUp},
 	"ErrMarkOwnKey":         {oncekv.ErrMarkOwnKey, oncekv.GiveUp},
+	"ErrPublish":            {oncekv.ErrPublish, oncekv.GiveUp},
 	"ErrBucketNameRequired": {oncekv.ErrBucketNameRequired, oncekv.GiveUp},
 	"ErrInvalidOptions":     {oncekv.ErrInvalidOptions, oncekv.GiveUp},
 	"ErrInvalidWindow":      {oncekv.ErrInvalidWindow, oncekv.GiveUp},
