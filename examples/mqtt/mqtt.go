@@ -1,0 +1,197 @@
+// Package mqtt is oncekv between MQTT producers and consumers (QoS 1, at
+// least once): a consumer that applies each message once however often
+// the broker redelivers it, and a publisher that publishes through the
+// store's transactional outbox, so a reading recorded locally is published
+// at least once even when the device reboots in between.
+//
+// The consumer keeps a persistent session (CleanSession false, a fixed
+// client ID) and acknowledges a message only after Apply has committed, so
+// a consumer killed mid-message gets it again when it reconnects, and the
+// store's mark turns that redelivery into a duplicate. The idempotency key
+// comes from the payload, never from MQTT's packet id: that id names a
+// slot of one session's in-flight window and is reused for other messages.
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/examples/internal/reading"
+	"github.com/oncekv/oncekv/queue"
+	"github.com/oncekv/oncekv/retry"
+)
+
+// ConsumerOptions configures Consume.
+type ConsumerOptions struct {
+	// Broker is the broker's URL, for example "tcp://127.0.0.1:1883".
+	Broker string
+	// ClientID names the persistent session: the broker keeps the
+	// subscription and the unacknowledged messages under it while the
+	// consumer is away. It must be the same at every restart.
+	ClientID string
+	// Topic is subscribed at QoS 1.
+	Topic string
+	// Handler is the oncekv handler of the applies. Default "mqtt-readings".
+	Handler string
+	// Retry paces the retries of an Apply that failed transiently (another
+	// worker's claim, a full disk). nil: retry's defaults.
+	Retry *retry.Policy
+	// Subscribed, if set, is called once the subscription is in place:
+	// from then on the broker keeps the topic's messages for the session.
+	Subscribed func()
+	// OnResult, if set, is called after each message was handled, with
+	// its key, Apply's result and error, and whether it was acknowledged.
+	// It runs on paho's delivery goroutine, between Apply and the ack.
+	OnResult func(key string, res oncekv.Result, err error, acked bool)
+}
+
+// Consume subscribes with a persistent session and applies each message
+// with reading.Store until ctx ends. A message is acknowledged once Apply
+// committed it or answered it as a duplicate, or when no retry can help (a
+// bad payload, a permanent failure the store recorded); one that is not
+// acknowledged (ctx ended first, or the store must be reopened) comes back
+// when the session reconnects.
+func Consume(ctx context.Context, db *oncekv.DB, o ConsumerOptions) error {
+	if o.Handler == "" {
+		o.Handler = "mqtt-readings"
+	}
+	r, err := retry.New(o.Retry)
+	if err != nil {
+		return err
+	}
+	handle := func(_ paho.Client, m paho.Message) {
+		key, res, err := apply(ctx, db, r, o.Handler, m.Payload())
+		acked := ackable(err)
+		if o.OnResult != nil {
+			o.OnResult(key, res, err, acked)
+		}
+		if acked {
+			m.Ack()
+		}
+	}
+	// Messages the broker kept for the session arrive right after CONNACK,
+	// before Subscribe returns; the default handler takes those too.
+	opts := paho.NewClientOptions().AddBroker(o.Broker).SetClientID(o.ClientID).
+		SetCleanSession(false).SetAutoAckDisabled(true).SetDefaultPublishHandler(handle)
+	c := paho.NewClient(opts)
+	if err := wait(ctx, c.Connect()); err != nil {
+		return fmt.Errorf("oncekv: mqtt: connect to %s: %w", o.Broker, err)
+	}
+	defer c.Disconnect(250)
+	if err := wait(ctx, c.Subscribe(o.Topic, 1, nil)); err != nil {
+		return fmt.Errorf("oncekv: mqtt: subscribe to %q: %w", o.Topic, err)
+	}
+	if o.Subscribed != nil {
+		o.Subscribed()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// apply applies one payload, retrying transient failures with r's backoff
+// (an in-progress key not before its holder's lease ends) until ctx ends.
+func apply(ctx context.Context, db *oncekv.DB, r *retry.Retrier, handler string, payload []byte) (string, oncekv.Result, error) {
+	rd, err := reading.Decode(payload)
+	if err != nil {
+		return "", oncekv.Result{}, err
+	}
+	var res oncekv.Result
+	err = r.Do(ctx, func(ctx context.Context, _ int) error {
+		res, err = db.Apply(ctx, reading.Request(handler, payload, rd), func(tx *oncekv.Tx) ([]byte, error) {
+			return nil, reading.Store(tx, payload, rd)
+		})
+		switch adv := oncekv.Classify(err); adv.Action {
+		case oncekv.Ack:
+			return nil
+		case oncekv.GiveUp, oncekv.Reopen:
+			return retry.Permanent(err)
+		default:
+			if !adv.NotBefore.IsZero() {
+				return retry.After(adv.NotBefore.Sub(db.Now()), err)
+			}
+			return err
+		}
+	})
+	return rd.Key, res, err
+}
+
+// ackable reports whether a message handled with err is to be
+// acknowledged: yes when applied or a duplicate, and when redelivering it
+// cannot help; no when the store must be reopened or ctx ended, so the
+// broker delivers it again.
+func ackable(err error) bool {
+	switch oncekv.Classify(err).Action {
+	case oncekv.Ack, oncekv.GiveUp:
+		return true
+	}
+	return false
+}
+
+// Record applies a reading in the publisher's own store (deduplicating the
+// sensor's input by its key) and, in the same transaction, enqueues it in
+// the outbox q: the reading is recorded and queued for publishing, or
+// neither. Deliver (or relay.Run) publishes it later.
+func Record(ctx context.Context, db *oncekv.DB, q *queue.Queue, handler string, r reading.Reading) (oncekv.Result, error) {
+	body := reading.Encode(r)
+	return db.Apply(ctx, reading.Request(handler, body, r), func(tx *oncekv.Tx) ([]byte, error) {
+		_, err := q.EnqueueTx(tx, queue.Message{Key: r.Key, Body: body})
+		return nil, err
+	})
+}
+
+// Sender returns the outbox's send function: it publishes the message's
+// body at QoS 1 to topic and returns when the broker's PUBACK came (nil),
+// the publish failed, or ctx ended. A message whose PUBACK was lost is
+// published again on the next attempt: at least once, and the consumer's
+// store deduplicates by the key in the body.
+func Sender(c paho.Client, topic string) func(ctx context.Context, m *queue.Message) error {
+	return func(ctx context.Context, m *queue.Message) error {
+		if err := wait(ctx, c.Publish(topic, 1, false, m.Body)); err != nil {
+			return fmt.Errorf("oncekv: mqtt: publish %q to %q: %w", m.Key, topic, err)
+		}
+		return nil
+	}
+}
+
+// Deliver moves the outbox q to the broker through send until ctx ends:
+// receive a message, send it, ack it; a failed send is nacked, so the
+// queue makes it visible again after its retry backoff (or dead-letters
+// it, after MaxAttempts or a permanent error). A crash between the send
+// and the ack sends the message again after its lease: at least once.
+func Deliver(ctx context.Context, q *queue.Queue, send func(ctx context.Context, m *queue.Message) error) error {
+	for {
+		m, err := q.Receive(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := send(ctx, m); err != nil {
+			// A failed nack (ctx ended, the lease taken over) leaves the
+			// message to come back when its lease ends.
+			if nerr := q.Nack(ctx, m, err); nerr != nil && ctx.Err() == nil {
+				slog.Warn("oncekv: mqtt: nack", "key", m.Key, "err", nerr)
+			}
+			continue
+		}
+		if err := q.Ack(ctx, m); err != nil && ctx.Err() == nil && !errors.Is(err, oncekv.ErrFenced) {
+			return err
+		}
+	}
+}
+
+// wait waits for a paho token or ctx, whichever comes first.
+func wait(ctx context.Context, t paho.Token) error {
+	select {
+	case <-t.Done():
+		return t.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

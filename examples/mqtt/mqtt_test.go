@@ -1,0 +1,179 @@
+package mqtt_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/examples/internal/brokertest"
+	"github.com/oncekv/oncekv/examples/internal/reading"
+	"github.com/oncekv/oncekv/examples/mqtt"
+	"github.com/oncekv/oncekv/queue"
+	"github.com/oncekv/oncekv/retry"
+)
+
+// childEnv, when set, makes the test binary run a consumer (its value is
+// the JSON of a childConfig) instead of the tests.
+const childEnv = "ONCEKV_MQTT_CHILD"
+
+type childConfig struct {
+	DB       string
+	Broker   string
+	ClientID string
+	Topic    string
+}
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(childEnv); v != "" {
+		os.Exit(runChild(v))
+	}
+	os.Exit(m.Run())
+}
+
+// runChild is the consumer process: it applies messages until killed,
+// printing "ready" once subscribed and "applied KEY" or "dup KEY" after
+// each message it acknowledges.
+func runChild(v string) int {
+	var c childConfig
+	if err := json.Unmarshal([]byte(v), &c); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	db, err := oncekv.Open(c.DB, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 2
+	}
+	defer db.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err = mqtt.Consume(ctx, db, mqtt.ConsumerOptions{
+		Broker: c.Broker, ClientID: c.ClientID, Topic: c.Topic,
+		Retry:      &retry.Policy{Base: 10 * time.Millisecond, Cap: 200 * time.Millisecond, MaxAttempts: -1},
+		Subscribed: func() { brokertest.Say("ready", "-") },
+		OnResult: func(key string, res oncekv.Result, err error, acked bool) {
+			switch {
+			case err != nil:
+				fmt.Fprintln(os.Stderr, "apply", key, err)
+			case res.Duplicate:
+				brokertest.Say("dup", key)
+			default:
+				brokertest.Say("applied", key)
+			}
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consume:", err)
+		return 1
+	}
+	return 0
+}
+
+// TestConsumerKilledAppliesEachOnce publishes readings through the outbox
+// (and a share of them twice more, the duplicate a publisher that crashed
+// between PUBACK and its ack sends), while the consumer, a child process
+// with a persistent session that acks after Apply, is SIGKILLed at random
+// points and restarted. At the end every key was applied exactly once in
+// the consumer's store: none lost (the broker redelivered what was not
+// acked) and none twice (the store's marks answered the redeliveries).
+func TestConsumerKilledAppliesEachOnce(t *testing.T) {
+	broker := brokertest.URL(t, "ONCEKV_MQTT_URL")
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 13))
+	n := brokertest.Scale(300)
+	run := fmt.Sprintf("%d", seed)
+	cfg := childConfig{
+		DB:       filepath.Join(t.TempDir(), "consumer.db"),
+		Broker:   broker,
+		ClientID: "oncekv-test-consumer-" + run, // a fresh session for each run
+		Topic:    "oncekv/test/" + run + "/readings",
+	}
+	v, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	log := brokertest.NewLog()
+	start := func() *brokertest.Child { return brokertest.Start(t, childEnv, string(v), log) }
+
+	child := start()
+	// The first consumer creates the session; only then are messages kept
+	// for it while it is away.
+	require.Eventually(t, func() bool { return log.Count("ready") >= 1 }, 20*time.Second, 10*time.Millisecond)
+
+	// The publisher: its own store, the outbox, and the delivery loop.
+	pdb, err := oncekv.Open(filepath.Join(t.TempDir(), "publisher.db"), nil)
+	require.NoError(t, err)
+	defer pdb.Close()
+	q, err := queue.Open(pdb, "outbox", &queue.Options{Retry: &retry.Policy{Base: 10 * time.Millisecond, Cap: 200 * time.Millisecond, MaxAttempts: -1}})
+	require.NoError(t, err)
+	pc := paho.NewClient(paho.NewClientOptions().AddBroker(broker).SetClientID("oncekv-test-publisher-" + run))
+	tok := pc.Connect()
+	require.True(t, tok.WaitTimeout(10*time.Second))
+	require.NoError(t, tok.Error())
+	defer pc.Disconnect(250)
+	send := mqtt.Sender(pc, cfg.Topic)
+	ctx, cancel := context.WithCancel(context.Background())
+	delivered := make(chan error, 1)
+	go func() { delivered <- mqtt.Deliver(ctx, q, send) }()
+
+	stopKills := make(chan struct{})
+	killed := make(chan int, 1)
+	go func() {
+		var kills int
+		child, kills = brokertest.KillLoop(rng, child, start, 400*time.Millisecond, stopKills)
+		killed <- kills
+	}()
+	resent := 0
+	for i := range n {
+		r := reading.Reading{Key: fmt.Sprintf("r-%04d", i), Value: float64(i)}
+		res, err := mqtt.Record(ctx, pdb, q, "sensor", r)
+		require.NoError(t, err)
+		require.False(t, res.Duplicate)
+		if i%5 == 0 {
+			// The sensor's own retry: the publisher's store deduplicates it.
+			res, err = mqtt.Record(ctx, pdb, q, "sensor", r)
+			require.NoError(t, err)
+			require.True(t, res.Duplicate)
+			// And a second publish of the same message, as after a lost ack.
+			require.NoError(t, send(ctx, &queue.Message{Key: r.Key, Body: reading.Encode(r)}))
+			resent++
+		}
+		time.Sleep(10 * time.Millisecond) // spread the publishes over the kills
+	}
+	require.Eventually(t, func() bool {
+		st, err := q.Stats()
+		require.NoError(t, err)
+		require.Zero(t, st.Dead, "nothing dead-lettered")
+		return st.Depth == 0
+	}, 20*time.Second, 20*time.Millisecond, "the outbox did not drain")
+	close(stopKills)
+	kills := <-killed
+	require.Eventually(t, func() bool { return log.Keys("applied", "dup") == n }, 30*time.Second, 20*time.Millisecond,
+		"the consumer did not see every key")
+	child.Kill()
+	cancel()
+	require.NoError(t, <-delivered)
+
+	db, err := oncekv.Open(cfg.DB, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	applied, err := reading.Applied(db)
+	require.NoError(t, err)
+	require.Len(t, applied, n, "every key applied")
+	for k, c := range applied {
+		require.Equal(t, uint64(1), c, "key %s applied %d times", k, c)
+	}
+	require.Positive(t, log.Count("dup"), "the duplicates reached the store and were suppressed")
+	t.Logf("readings %d, resent %d, kills %d, applied lines %d, duplicates suppressed %d",
+		n, resent, kills, log.Count("applied"), log.Count("dup"))
+}
