@@ -104,10 +104,14 @@ func Start(t *testing.T, env, value string, log *Log) *Child {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	c := &Child{cmd: cmd, done: make(chan struct{})}
+	t.Cleanup(c.Kill) // a test that failed half-way leaves no consumer behind
 	go func() {
 		defer close(c.done)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			if os.Getenv("ONCEKV_BROKER_VERBOSE") != "" {
+				fmt.Fprintln(os.Stderr, "child:", sc.Text())
+			}
 			log.Line(sc.Text())
 		}
 	}()
