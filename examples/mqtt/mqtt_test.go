@@ -2,13 +2,9 @@ package mqtt_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,30 +31,14 @@ type childConfig struct {
 }
 
 func TestMain(m *testing.M) {
-	if v := os.Getenv(childEnv); v != "" {
-		os.Exit(runChild(v))
-	}
-	os.Exit(m.Run())
+	brokertest.Main(m, childEnv, func(c *childConfig) string { return c.DB }, consume)
 }
 
-// runChild is the consumer process: it applies messages until killed,
+// consume is the consumer process: it applies messages until killed,
 // printing "ready" once subscribed and "applied KEY" or "dup KEY" after
 // each message it acknowledges.
-func runChild(v string) int {
-	var c childConfig
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		fmt.Fprintln(os.Stderr, "child config:", err)
-		return 2
-	}
-	db, err := oncekv.Open(c.DB, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "open:", err)
-		return 2
-	}
-	defer db.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	err = mqtt.Consume(ctx, db, mqtt.ConsumerOptions{
+func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
+	return mqtt.Consume(ctx, db, mqtt.ConsumerOptions{
 		Broker: c.Broker, ClientID: c.ClientID, Topic: c.Topic,
 		Retry:      &retry.Policy{Base: 10 * time.Millisecond, Cap: 200 * time.Millisecond, MaxAttempts: -1},
 		Subscribed: func() { brokertest.Say("ready", "-") },
@@ -73,11 +53,6 @@ func runChild(v string) int {
 			}
 		},
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "consume:", err)
-		return 1
-	}
-	return 0
 }
 
 // TestConsumerKilledAppliesEachOnce publishes readings through the outbox
@@ -89,23 +64,16 @@ func runChild(v string) int {
 // acked) and none twice (the store's marks answered the redeliveries).
 func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	broker := brokertest.URL(t, "ONCEKV_MQTT_URL")
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 13))
+	run := brokertest.NewRun(t, childEnv)
 	n := brokertest.Scale(300)
-	run := fmt.Sprintf("%d", seed)
 	cfg := childConfig{
 		DB:       filepath.Join(t.TempDir(), "consumer.db"),
 		Broker:   broker,
-		ClientID: "oncekv-test-consumer-" + run, // a fresh session for each run
-		Topic:    "oncekv/test/" + run + "/readings",
+		ClientID: "oncekv-test-consumer-" + run.ID, // a fresh session for each run
+		Topic:    "oncekv/test/" + run.ID + "/readings",
 	}
-	v, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	log := brokertest.NewLog()
-	start := func() *brokertest.Child { return brokertest.Start(t, childEnv, string(v), log) }
-
-	child := start()
+	log := run.Log
+	child := run.Start(cfg)
 	// The first consumer creates the session; only then are messages kept
 	// for it while it is away.
 	require.Eventually(t, func() bool { return log.Count("ready") >= 1 }, 20*time.Second, 10*time.Millisecond)
@@ -116,7 +84,7 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	defer pdb.Close()
 	q, err := queue.Open(pdb, "outbox", &queue.Options{Retry: &retry.Policy{Base: 10 * time.Millisecond, Cap: 200 * time.Millisecond, MaxAttempts: -1}})
 	require.NoError(t, err)
-	pc := paho.NewClient(paho.NewClientOptions().AddBroker(broker).SetClientID("oncekv-test-publisher-" + run))
+	pc := paho.NewClient(paho.NewClientOptions().AddBroker(broker).SetClientID("oncekv-test-publisher-" + run.ID))
 	tok := pc.Connect()
 	require.True(t, tok.WaitTimeout(10*time.Second))
 	require.NoError(t, tok.Error())
@@ -126,13 +94,7 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	delivered := make(chan error, 1)
 	go func() { delivered <- mqtt.Deliver(ctx, q, send) }()
 
-	stopKills := make(chan struct{})
-	killed := make(chan int, 1)
-	go func() {
-		var kills int
-		child, kills = brokertest.KillLoop(rng, child, start, 400*time.Millisecond, stopKills)
-		killed <- kills
-	}()
+	run.KillRepeatedly(child, cfg)
 	resent := 0
 	for i := range n {
 		r := reading.Reading{Key: fmt.Sprintf("r-%04d", i), Value: float64(i)}
@@ -156,24 +118,12 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 		require.Zero(t, st.Dead, "nothing dead-lettered")
 		return st.Depth == 0
 	}, 20*time.Second, 20*time.Millisecond, "the outbox did not drain")
-	close(stopKills)
-	kills := <-killed
+	child, kills := run.Stop()
 	require.Eventually(t, func() bool { return log.Keys("applied", "dup") == n }, 30*time.Second, 20*time.Millisecond,
 		"the consumer did not see every key")
-	child.Kill()
 	cancel()
 	require.NoError(t, <-delivered)
-
-	db, err := oncekv.Open(cfg.DB, nil)
-	require.NoError(t, err)
-	defer db.Close()
-	applied, err := reading.Applied(db)
-	require.NoError(t, err)
-	require.Len(t, applied, n, "every key applied")
-	for k, c := range applied {
-		require.Equal(t, uint64(1), c, "key %s applied %d times", k, c)
-	}
-	require.Positive(t, log.Count("dup"), "the duplicates reached the store and were suppressed")
+	run.RequireAppliedOnce(child, cfg.DB, n)
 	t.Logf("readings %d, resent %d, kills %d, applied lines %d, duplicates suppressed %d",
 		n, resent, kills, log.Count("applied"), log.Count("dup"))
 }

@@ -2,14 +2,10 @@ package nats_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,47 +33,28 @@ type childConfig struct {
 }
 
 func TestMain(m *testing.M) {
-	if v := os.Getenv(childEnv); v != "" {
-		os.Exit(runChild(v))
-	}
-	os.Exit(m.Run())
+	brokertest.Main(m, childEnv, func(c *childConfig) string { return c.DB }, consume)
 }
 
-// runChild is the consumer process: it consumes until killed, printing
+// consume is the consumer process: it consumes until killed, printing
 // one line per verdict: "applied KEY", "dup KEY", "nak KEY" or "term KEY".
-func runChild(v string) int {
-	var c childConfig
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		fmt.Fprintln(os.Stderr, "child config:", err)
-		return 2
-	}
-	db, err := oncekv.Open(c.DB, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "open:", err)
-		return 2
-	}
-	defer db.Close()
+func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
 	nc, err := natsgo.Connect(c.URL)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "connect:", err)
-		return 2
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "jetstream:", err)
-		return 2
+		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
 	if c.Hold != "" {
 		r := reading.Reading{Key: c.Hold}
 		if _, err := db.Claim(ctx, reading.Request("nats-readings", reading.Encode(r), r), 3*time.Second); err != nil {
-			fmt.Fprintln(os.Stderr, "claim:", err)
-			return 2
+			return fmt.Errorf("claim %s: %w", c.Hold, err)
 		}
 	}
-	err = nats.Consume(ctx, db, js, nats.ConsumerOptions{
+	return nats.Consume(ctx, db, js, nats.ConsumerOptions{
 		Stream: c.Stream, Durable: c.Durable, AckWait: 2 * time.Second,
 		Batch: 50, MaxWait: 500 * time.Millisecond,
 		Retry: &retry.Policy{Base: 50 * time.Millisecond, Cap: 500 * time.Millisecond},
@@ -92,11 +69,6 @@ func runChild(v string) int {
 			}
 		},
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "consume:", err)
-		return 1
-	}
-	return 0
 }
 
 // TestJudge maps each kind of store answer to its JetStream verdict, on an
@@ -180,18 +152,15 @@ func TestJudge(t *testing.T) {
 // applied; nothing left pending in the consumer.
 func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	url := brokertest.URL(t, "ONCEKV_NATS_URL")
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 13))
+	run := brokertest.NewRun(t, childEnv)
 	n := brokertest.Scale(300)
-	run := fmt.Sprintf("%d", seed)
 	cfg := childConfig{
 		DB:      filepath.Join(t.TempDir(), "consumer.db"),
 		URL:     url,
-		Stream:  "ONCEKV_TEST_" + run,
+		Stream:  "ONCEKV_TEST_" + run.ID,
 		Durable: "readings",
 	}
-	subject := "oncekv.test." + run + ".readings"
+	subject := "oncekv.test." + run.ID + ".readings"
 	ctx := context.Background()
 
 	nc, err := natsgo.Connect(url)
@@ -203,10 +172,7 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, js.DeleteStream(ctx, cfg.Stream)) }()
 
-	v, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	log := brokertest.NewLog()
-	start := func() *brokertest.Child { return brokertest.Start(t, childEnv, string(v), log) }
+	log := run.Log
 	// The first consumer also holds a claim on one key, as another worker
 	// of its process would: the consumer must come back when the claim's
 	// lease ends, not spin on it, and then take the key over. (A claim
@@ -214,9 +180,7 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	const held = "r-held"
 	first := cfg
 	first.Hold = held
-	fv, err := json.Marshal(first)
-	require.NoError(t, err)
-	child := brokertest.Start(t, childEnv, string(fv), log)
+	child := run.Start(first)
 	publish := func(r reading.Reading) {
 		_, err := js.Publish(ctx, subject, reading.Encode(r))
 		require.NoError(t, err)
@@ -227,13 +191,7 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return log.Count("nak") > 0 }, 20*time.Second, 10*time.Millisecond,
 		"the held key was not nakked")
 
-	stopKills := make(chan struct{})
-	killed := make(chan int, 1)
-	go func() {
-		var kills int
-		child, kills = brokertest.KillLoop(rng, child, start, 400*time.Millisecond, stopKills)
-		killed <- kills
-	}()
+	run.KillRepeatedly(child, cfg)
 	dups := 0
 	for i := range n {
 		r := reading.Reading{Key: fmt.Sprintf("r-%04d", i), Value: float64(i)}
@@ -244,8 +202,7 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // spread the publishes over the kills
 	}
-	close(stopKills)
-	kills := <-killed
+	child, kills := run.Stop()
 
 	want := n + 1 // the readings and the held key
 	require.Eventually(t, func() bool {
@@ -258,22 +215,11 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 		require.NoError(t, err)
 		return info.NumAckPending == 0 && info.NumPending == 0
 	}, 30*time.Second, 50*time.Millisecond, "messages left pending: the poison one redelivered forever?")
-	child.Kill()
-
-	db, err := oncekv.Open(cfg.DB, nil)
-	require.NoError(t, err)
-	defer db.Close()
-	applied, err := reading.Applied(db)
-	require.NoError(t, err)
-	require.Len(t, applied, want, "every key applied, the poison one not")
-	for k, c := range applied {
-		require.Equal(t, uint64(1), c, "key %s applied %d times", k, c)
-	}
+	db := run.RequireAppliedOnce(child, cfg.DB, want) // the poison key not among them
 	poison := reading.Encode(reading.Reading{Key: "r-poison", Poison: true})
 	_, err = db.Apply(ctx, reading.Request("nats-readings", poison, reading.Reading{Key: "r-poison"}), nil)
 	var fe *oncekv.FailedError
 	require.ErrorAs(t, err, &fe, "the poison reading is recorded as failed")
-	require.Positive(t, log.Count("dup"), "the duplicates reached the store and were suppressed")
 	// Only the held key is nakked: at its first delivery, and maybe again
 	// before the first kill released its claim; never spun on.
 	require.LessOrEqual(t, log.Count("nak"), 3, "the held key was redelivered before its lease's end")

@@ -6,17 +6,24 @@ package brokertest
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/examples/internal/reading"
 )
 
 // URL returns the broker address in the environment variable env, or
@@ -93,12 +100,15 @@ type Child struct {
 }
 
 // Start runs the test binary again with no tests (-test.run=^$) and
-// env=value in its environment; the test package's TestMain sees env and
-// runs the consumer instead. Each line the child prints goes to log.
-func Start(t *testing.T, env, value string, log *Log) *Child {
+// env set to cfg's JSON; the test package's TestMain, which calls Main,
+// sees env and runs the consumer instead. Each line the child prints goes
+// to log. The test's cleanup kills it if it still runs.
+func Start(t *testing.T, env string, cfg any, log *Log) *Child {
 	t.Helper()
+	v, err := json.Marshal(cfg)
+	require.NoError(t, err)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env+"="+value)
+	cmd.Env = append(os.Environ(), env+"="+string(v))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -125,25 +135,121 @@ func (c *Child) Kill() {
 	_ = c.cmd.Wait() // "signal: killed", the expected end
 }
 
-// KillLoop SIGKILLs the running child after a pause drawn uniformly from
-// [0, maxPause) and starts a new one with start, again and again until
-// stop is closed. It returns the child running at the end and the number
-// of kills.
-func KillLoop(rng *rand.Rand, c *Child, start func() *Child, maxPause time.Duration, stop <-chan struct{}) (*Child, int) {
-	kills := 0
-	for {
-		select {
-		case <-stop:
-			return c, kills
-		case <-time.After(time.Duration(rng.Int64N(int64(maxPause)))):
+// Run is one chaos run: a seeded random source (the seed is logged), an
+// ID unique to the run, to name its topics, sessions and streams, and the
+// Log of the consumers it starts.
+type Run struct {
+	t   *testing.T
+	env string
+	rng *rand.Rand
+	ID  string
+	Log *Log
+
+	stop   chan struct{}
+	killed chan killed
+}
+
+// killed is what the kill loop hands back when it stops.
+type killed struct {
+	child *Child
+	kills int
+}
+
+// NewRun starts a run whose consumers are told by env that they are one.
+func NewRun(t *testing.T, env string) *Run {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	return &Run{t: t, env: env, rng: rand.New(rand.NewPCG(seed, 13)), ID: strconv.FormatUint(seed, 10), Log: NewLog()}
+}
+
+// Start starts a consumer with cfg (see Start).
+func (r *Run) Start(cfg any) *Child { return Start(r.t, r.env, cfg, r.Log) }
+
+// KillRepeatedly SIGKILLs c after a pause drawn uniformly from [0, 400ms),
+// starts a new consumer with cfg, and again and again, in a goroutine of
+// its own, until Stop.
+func (r *Run) KillRepeatedly(c *Child, cfg any) {
+	r.stop, r.killed = make(chan struct{}), make(chan killed, 1)
+	go func() {
+		kills := 0
+		for {
+			select {
+			case <-r.stop:
+				r.killed <- killed{c, kills}
+				return
+			case <-time.After(time.Duration(r.rng.Int64N(int64(400 * time.Millisecond)))):
+			}
+			c.Kill()
+			kills++
+			c = r.Start(cfg)
 		}
-		c.Kill()
-		kills++
-		c = start()
+	}()
+}
+
+// Stop ends KillRepeatedly's loop, returning the consumer running now and
+// the number of kills.
+func (r *Run) Stop() (*Child, int) {
+	close(r.stop)
+	k := <-r.killed
+	return k.child, k.kills
+}
+
+// RequireAppliedOnce kills the last consumer c, opens its store at path
+// and requires that want keys were applied, each exactly once, and that
+// the store suppressed duplicates. It returns the store, closed when the
+// test ends.
+func (r *Run) RequireAppliedOnce(c *Child, path string, want int) *oncekv.DB {
+	c.Kill()
+	db, err := oncekv.Open(path, nil)
+	require.NoError(r.t, err)
+	r.t.Cleanup(func() { require.NoError(r.t, db.Close()) })
+	applied, err := reading.Applied(db)
+	require.NoError(r.t, err)
+	require.Len(r.t, applied, want, "keys applied")
+	for k, n := range applied {
+		require.Equal(r.t, uint64(1), n, "key %s applied %d times", k, n)
 	}
+	require.Positive(r.t, r.Log.Count("dup"), "the duplicates reached the store and were suppressed")
+	return db
 }
 
 // Say prints one "VERB KEY" line for the parent's Log; a child calls it.
 func Say(verb, key string) {
 	fmt.Println(verb + " " + key)
+}
+
+// Main is a broker test package's TestMain. In the tests' process it runs
+// m. In a child that Start ran, it decodes env's value into a C, opens the
+// store at dbPath(c), runs consume with a context that SIGTERM ends, and
+// exits: 0 when consume returned nil, 1 when it failed, 2 when it could
+// not start.
+func Main[C any](m *testing.M, env string, dbPath func(c *C) string, consume func(ctx context.Context, db *oncekv.DB, c *C) error) {
+	v := os.Getenv(env)
+	if v == "" {
+		os.Exit(m.Run())
+	}
+	os.Exit(child(v, dbPath, consume))
+}
+
+// child is Main's child side; it returns the exit code, so that its
+// defers run first.
+func child[C any](v string, dbPath func(c *C) string, consume func(ctx context.Context, db *oncekv.DB, c *C) error) int {
+	var c C
+	if err := json.Unmarshal([]byte(v), &c); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	db, err := oncekv.Open(dbPath(&c), nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 2
+	}
+	defer db.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := consume(ctx, db, &c); err != nil {
+		fmt.Fprintln(os.Stderr, "consume:", err)
+		return 1
+	}
+	return 0
 }
