@@ -22,9 +22,14 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/examples/internal/reading"
+	"github.com/oncekv/oncekv/examples/internal/required"
 	"github.com/oncekv/oncekv/queue"
 	"github.com/oncekv/oncekv/retry"
 )
+
+// ErrInvalidOptions is returned by Consume, before it connects, for
+// options it cannot run with, naming each missing field.
+var ErrInvalidOptions = errors.New("oncekv: mqtt: invalid consumer options")
 
 // ConsumerOptions configures Consume.
 type ConsumerOptions struct {
@@ -46,7 +51,8 @@ type ConsumerOptions struct {
 	Subscribed func()
 	// OnResult, if set, is called after each message was handled, with
 	// its key, Apply's result and error, and whether it was acknowledged.
-	// It runs on paho's delivery goroutine, between Apply and the ack.
+	// It runs on paho's delivery goroutine, between Apply and the ack, so
+	// a panic in it ends the process, as one in any paho handler does.
 	OnResult func(key string, res oncekv.Result, err error, acked bool)
 }
 
@@ -57,6 +63,12 @@ type ConsumerOptions struct {
 // acknowledged (ctx ended first, or the store must be reopened) comes back
 // when the session reconnects.
 func Consume(ctx context.Context, db *oncekv.DB, o ConsumerOptions) error {
+	if err := required.Check(ErrInvalidOptions,
+		required.Field{Name: "Broker", Value: o.Broker},
+		required.Field{Name: "ClientID", Value: o.ClientID},
+		required.Field{Name: "Topic", Value: o.Topic}); err != nil {
+		return err
+	}
 	if o.Handler == "" {
 		o.Handler = "mqtt-readings"
 	}

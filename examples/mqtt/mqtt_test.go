@@ -127,3 +127,18 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	t.Logf("readings %d, resent %d, kills %d, applied lines %d, duplicates suppressed %d",
 		n, resent, kills, log.Count("applied"), log.Count("dup"))
 }
+
+// TestConsumeRejectsMissingOptions needs no broker: a consumer without a
+// broker, a session or a topic is refused before it connects, with every
+// missing field named.
+func TestConsumeRejectsMissingOptions(t *testing.T) {
+	db, err := oncekv.Open(filepath.Join(t.TempDir(), "consumer.db"), nil)
+	require.NoError(t, err)
+	defer db.Close()
+	err = mqtt.Consume(context.Background(), db, mqtt.ConsumerOptions{Broker: "tcp://127.0.0.1:1"})
+	require.ErrorIs(t, err, mqtt.ErrInvalidOptions)
+	require.ErrorContains(t, err, "oncekv: mqtt: ")
+	require.ErrorContains(t, err, "ClientID is required")
+	require.ErrorContains(t, err, "Topic is required")
+	require.NotContains(t, err.Error(), "Broker is required")
+}

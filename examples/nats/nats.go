@@ -21,6 +21,7 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/examples/internal/reading"
+	"github.com/oncekv/oncekv/examples/internal/required"
 	"github.com/oncekv/oncekv/retry"
 )
 
@@ -91,6 +92,10 @@ func Judge(err error, attempt int, now time.Time, r *retry.Retrier) Verdict {
 	return Verdict{Action: Nak, Delay: d.Delay}
 }
 
+// ErrInvalidOptions is returned by Consume, before it calls the server,
+// for options it cannot run with, naming each missing field.
+var ErrInvalidOptions = errors.New("oncekv: nats: invalid consumer options")
+
 // ConsumerOptions configures Consume.
 type ConsumerOptions struct {
 	// Stream and Durable name the stream and the durable pull consumer
@@ -122,6 +127,11 @@ type OnVerdict func(key string, v Verdict, res oncekv.Result, err error)
 // Consume creates (or updates) the durable consumer, then fetches batches
 // and handles each with one ApplyBatch until ctx ends.
 func Consume(ctx context.Context, db *oncekv.DB, js jetstream.JetStream, o ConsumerOptions) error {
+	if err := required.Check(ErrInvalidOptions,
+		required.Field{Name: "Stream", Value: o.Stream},
+		required.Field{Name: "Durable", Value: o.Durable}); err != nil {
+		return err
+	}
 	if o.Handler == "" {
 		o.Handler = "nats-readings"
 	}

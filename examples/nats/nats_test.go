@@ -226,3 +226,17 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	t.Logf("readings %d, published twice %d, kills %d, applied lines %d, duplicates suppressed %d, naks %d, terms %d",
 		n, dups, kills, log.Count("applied"), log.Count("dup"), log.Count("nak"), log.Count("term"))
 }
+
+// TestConsumeRejectsMissingOptions needs no server: a consumer without a
+// stream or a durable name is refused before it calls JetStream, with
+// every missing field named.
+func TestConsumeRejectsMissingOptions(t *testing.T) {
+	db, err := oncekv.Open(filepath.Join(t.TempDir(), "consumer.db"), nil)
+	require.NoError(t, err)
+	defer db.Close()
+	err = nats.Consume(context.Background(), db, nil, nats.ConsumerOptions{Stream: "S"})
+	require.ErrorIs(t, err, nats.ErrInvalidOptions)
+	require.ErrorContains(t, err, "oncekv: nats: ")
+	require.ErrorContains(t, err, "Durable is required")
+	require.NotContains(t, err.Error(), "Stream is required")
+}
