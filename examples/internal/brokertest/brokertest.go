@@ -102,30 +102,46 @@ type Child struct {
 // Start runs the test binary again with no tests (-test.run=^$) and
 // env set to cfg's JSON; the test package's TestMain, which calls Main,
 // sees env and runs the consumer instead. Each line the child prints goes
-// to log. The test's cleanup kills it if it still runs.
+// to log (and to standard error too when ONCEKV_BROKER_VERBOSE is set).
+// The test's cleanup kills it if it still runs.
 func Start(t *testing.T, env string, cfg any, log *Log) *Child {
 	t.Helper()
-	v, err := json.Marshal(cfg)
+	c, err := start(t, env, cfg, log)
 	require.NoError(t, err)
+	return c
+}
+
+// start is Start for any goroutine: it returns its error instead of
+// failing the test, which only the test's goroutine may do.
+func start(t *testing.T, env string, cfg any, log *Log) (*Child, error) {
+	v, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), env+"="+string(v))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
 	c := &Child{cmd: cmd, done: make(chan struct{})}
 	t.Cleanup(c.Kill) // a test that failed half-way leaves no consumer behind
+	verbose := os.Getenv("ONCEKV_BROKER_VERBOSE") != ""
 	go func() {
 		defer close(c.done)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if os.Getenv("ONCEKV_BROKER_VERBOSE") != "" {
+			if verbose {
 				fmt.Fprintln(os.Stderr, "child:", sc.Text())
 			}
 			log.Line(sc.Text())
 		}
 	}()
-	return c
+	return c, nil
 }
 
 // Kill SIGKILLs the child and waits until it and its output have ended.
@@ -153,6 +169,7 @@ type Run struct {
 type killed struct {
 	child *Child
 	kills int
+	err   error // a restart that failed, which ended the loop
 }
 
 // NewRun starts a run whose consumers are told by env that they are one.
@@ -175,22 +192,27 @@ func (r *Run) KillRepeatedly(c *Child, cfg any) {
 		for {
 			select {
 			case <-r.stop:
-				r.killed <- killed{c, kills}
+				r.killed <- killed{child: c, kills: kills}
 				return
 			case <-time.After(time.Duration(r.rng.Int64N(int64(400 * time.Millisecond)))):
 			}
 			c.Kill()
 			kills++
-			c = r.Start(cfg)
+			var err error
+			if c, err = start(r.t, r.env, cfg, r.Log); err != nil {
+				r.killed <- killed{kills: kills, err: err}
+				return
+			}
 		}
 	}()
 }
 
 // Stop ends KillRepeatedly's loop, returning the consumer running now and
-// the number of kills.
+// the number of kills. It fails the test if a restart failed.
 func (r *Run) Stop() (*Child, int) {
 	close(r.stop)
 	k := <-r.killed
+	require.NoError(r.t, k.err, "restarting the consumer")
 	return k.child, k.kills
 }
 
