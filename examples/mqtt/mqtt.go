@@ -106,7 +106,8 @@ func Consume(ctx context.Context, db *oncekv.DB, o ConsumerOptions) error {
 }
 
 // apply applies one payload, retrying transient failures with r's backoff
-// (an in-progress key not before its holder's lease ends) until ctx ends.
+// (an in-progress key not before its holder's lease ends) until ctx ends
+// or r's MaxAttempts are spent; the message is then left unacknowledged.
 func apply(ctx context.Context, db *oncekv.DB, r *retry.Retrier, handler string, payload []byte) (string, oncekv.Result, error) {
 	rd, err := reading.Decode(payload)
 	if err != nil {

@@ -112,8 +112,9 @@ type ConsumerOptions struct {
 	// MaxWait bounds how long a fetch waits for messages, and so how long
 	// Consume takes to notice that ctx ended. Default 1s.
 	MaxWait time.Duration
-	// Retry paces the redeliveries of transient failures (see Judge). nil:
-	// retry's defaults.
+	// Retry paces the redeliveries of transient failures and says when to
+	// stop (see Judge), and paces fetches that failed. nil: retry's
+	// defaults.
 	Retry *retry.Policy
 	// OnVerdict, if set, is called for each message after its verdict was
 	// sent to JetStream.
@@ -151,6 +152,7 @@ func Consume(ctx context.Context, db *oncekv.DB, js jetstream.JetStream, o Consu
 	if err != nil {
 		return fmt.Errorf("oncekv: nats: consumer %q of stream %q: %w", o.Durable, o.Stream, err)
 	}
+	failures := 0 // fetches in a row that ended in an error
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(o.Batch, jetstream.FetchMaxWait(o.MaxWait))
 		if err != nil {
@@ -160,9 +162,18 @@ func Consume(ctx context.Context, db *oncekv.DB, js jetstream.JetStream, o Consu
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
 		}
-		// A fetch that waited MaxWait for nothing ends without an error.
+		// A fetch that waited MaxWait for nothing ends without an error;
+		// one that failed (the server restarting, the consumer deleted) is
+		// tried again after a backoff, so a lasting failure is not a spin.
 		if err := batch.Error(); err != nil && ctx.Err() == nil {
-			slog.Warn("oncekv: nats: fetch ended", "err", err)
+			failures++
+			slog.Warn("oncekv: nats: fetch failed", "err", err, "failures", failures)
+			select {
+			case <-ctx.Done():
+			case <-time.After(r.Backoff(failures)):
+			}
+		} else {
+			failures = 0
 		}
 		if len(msgs) > 0 {
 			if err := Handle(ctx, db, r, o.Handler, msgs, o.OnVerdict); err != nil {
