@@ -44,6 +44,8 @@ func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
 		Subscribed: func() { brokertest.Say("ready", "-") },
 		OnResult: func(key string, res oncekv.Result, err error, acked bool) {
 			switch {
+			case err != nil && acked:
+				brokertest.Say("failed", key) // recorded, acked: never back
 			case err != nil:
 				fmt.Fprintln(os.Stderr, "apply", key, err)
 			case res.Duplicate:
@@ -61,7 +63,8 @@ func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
 // with a persistent session that acks after Apply, is SIGKILLed at random
 // points and restarted. At the end every key was applied exactly once in
 // the consumer's store: none lost (the broker redelivered what was not
-// acked) and none twice (the store's marks answered the redeliveries).
+// acked) and none twice (the store's marks answered the redeliveries); a
+// poison reading recorded as failed and acked.
 func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	broker := brokertest.URL(t, "ONCEKV_MQTT_URL")
 	run := brokertest.NewRun(t, childEnv)
@@ -96,6 +99,11 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 
 	run.KillRepeatedly(child, cfg)
 	resent := 0
+	// A poison reading: its effect fails permanently, the store records
+	// the failure, and the consumer acks it rather than have it back at
+	// every reconnect.
+	poison := reading.Reading{Key: "r-poison", Poison: true}
+	require.NoError(t, send(ctx, &queue.Message{Key: poison.Key, Body: reading.Encode(poison)}))
 	for i := range n {
 		r := reading.Reading{Key: fmt.Sprintf("r-%04d", i), Value: float64(i)}
 		res, err := mqtt.Record(ctx, pdb, q, "sensor", r)
@@ -124,9 +132,14 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 		"the consumer did not see every key")
 	cancel()
 	require.NoError(t, <-delivered)
-	run.RequireAppliedOnce(child, cfg.DB, n)
-	t.Logf("readings %d, resent %d, kills %d, applied lines %d, duplicates suppressed %d",
-		n, resent, kills, log.Count("applied"), log.Count("dup"))
+	require.Eventually(t, func() bool { return log.Keys("failed") == 1 }, 30*time.Second, 20*time.Millisecond,
+		"the poison reading was not acked as failed")
+	db := run.RequireAppliedOnce(child, cfg.DB, n) // the poison key not among them
+	_, err = db.Apply(context.Background(), reading.Request("mqtt-readings", reading.Encode(poison), poison), nil)
+	var fe *oncekv.FailedError
+	require.ErrorAs(t, err, &fe, "the poison reading is recorded as failed")
+	t.Logf("readings %d, resent %d, kills %d, applied lines %d, duplicates suppressed %d, poison acked as failed %d",
+		n, resent, kills, log.Count("applied"), log.Count("dup"), log.Count("failed"))
 }
 
 // TestConsumeRejectsMissingOptions needs no broker: a consumer without a
