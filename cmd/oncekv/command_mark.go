@@ -1,0 +1,72 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/oncekv/oncekv"
+)
+
+func init() {
+	register(&command{
+		name: "mark", args: "PATH HANDLER KEY", nargs: 3,
+		summary: "Show the mark of (HANDLER, KEY), the support question \"was this message processed,\n" +
+			"when, with what result?\": state, first seen, payload fingerprint, response, lease\n" +
+			"and token. Exit 1 when the key has no mark.",
+		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
+			var sf storeFlags
+			sf.register(fs, true)
+			return func(out io.Writer, args []string) error { return runMark(&sf, out, args) }
+		},
+	})
+}
+
+func runMark(sf *storeFlags, out io.Writer, args []string) (err error) {
+	db, err := sf.open(args[0], true)
+	if err != nil {
+		return err
+	}
+	defer closeInto(db, &err)
+	m, err := db.Mark(args[1], args[2])
+	if err != nil {
+		return err
+	}
+	if sf.json {
+		return writeJSON(out, toMarkJSON(m))
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "handler\t%s\n", printable([]byte(m.Handler)))
+	fmt.Fprintf(tw, "key\t%s\n", printable([]byte(m.Key)))
+	fmt.Fprintf(tw, "state\t%v\n", m.State)
+	fmt.Fprintf(tw, "first seen\t%s\n", stamp(m.FirstSeen))
+	fmt.Fprintf(tw, "window\t%s\n", stamp(m.Window))
+	fmt.Fprintf(tw, "fingerprint\t%x\n", m.Fingerprint)
+	switch m.State {
+	case oncekv.MarkDone:
+		response := "(none)"
+		if m.Response != nil {
+			response = printable(m.Response)
+		}
+		fmt.Fprintf(tw, "response\t%s\n", response)
+	case oncekv.MarkFailed:
+		fmt.Fprintf(tw, "error\t%q\n", m.Error)
+	case oncekv.MarkInProgress:
+		fmt.Fprintf(tw, "lease until\t%s\n", leaseText(m))
+	}
+	fmt.Fprintf(tw, "token\t%d\n", m.Token)
+	fmt.Fprintf(tw, "claim key\t%s\n", m.ClaimKey)
+	return tw.Flush()
+}
+
+// leaseText describes the lease of a claim in progress.
+func leaseText(m oncekv.MarkInfo) string {
+	switch {
+	case m.Released:
+		return "released (any Claim or Apply may take it over)"
+	case m.Orphaned:
+		return stamp(m.LeaseUntil) + " (orphaned: taken by a process that is gone)"
+	}
+	return stamp(m.LeaseUntil)
+}
