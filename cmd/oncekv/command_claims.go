@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/oncekv/oncekv"
 )
@@ -23,9 +24,9 @@ func init() {
 }
 
 // claimRow is a row of claims; the zero mark gives the header.
-func claimRow(m oncekv.MarkInfo) string {
+func claimRow(m oncekv.MarkInfo, now time.Time) string {
 	if m.Handler == "" {
 		return "TOKEN\tLEASE UNTIL\tHANDLER\tKEY"
 	}
-	return fmt.Sprintf("%d\t%s\t%s\t%s", m.Token, leaseText(m), printable([]byte(m.Handler)), printable([]byte(m.Key)))
+	return fmt.Sprintf("%d\t%s\t%s\t%s", m.Token, leaseText(m, now), printable([]byte(m.Handler)), printable([]byte(m.Key)))
 }

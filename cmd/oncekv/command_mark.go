@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/oncekv/oncekv"
 )
@@ -53,20 +54,24 @@ func runMark(sf *storeFlags, out io.Writer, args []string) (err error) {
 	case oncekv.MarkFailed:
 		fmt.Fprintf(tw, "error\t%q\n", m.Error)
 	case oncekv.MarkInProgress:
-		fmt.Fprintf(tw, "lease until\t%s\n", leaseText(m))
+		fmt.Fprintf(tw, "lease until\t%s\n", leaseText(m, db.Now()))
 	}
 	fmt.Fprintf(tw, "token\t%d\n", m.Token)
 	fmt.Fprintf(tw, "claim key\t%s\n", m.ClaimKey)
 	return tw.Flush()
 }
 
-// leaseText describes the lease of a claim in progress.
-func leaseText(m oncekv.MarkInfo) string {
+// leaseText describes the lease of a claim in progress at now. The store
+// is opened with Options.KeepOrphanedClaims, so a lease reads as written:
+// the CLI holds the file's lock, so no process holds the claim any more,
+// and a program that opens the store with the default options takes it
+// over at once.
+func leaseText(m oncekv.MarkInfo, now time.Time) string {
 	switch {
 	case m.Released:
 		return "released (any Claim or Apply may take it over)"
-	case m.Orphaned:
-		return stamp(m.LeaseUntil) + " (orphaned: taken by a process that is gone)"
+	case now.Before(m.LeaseUntil):
+		return fmt.Sprintf("%s (live, %v left)", stamp(m.LeaseUntil), m.LeaseUntil.Sub(now))
 	}
-	return stamp(m.LeaseUntil)
+	return stamp(m.LeaseUntil) + " (ran out)"
 }

@@ -52,7 +52,7 @@ var errLimit = errors.New("limit reached")
 
 // listMarks prints the marks filter selects, at most limit of them (all
 // when 0), as JSON lines or as rows that row formats under its header.
-func listMarks(sf *storeFlags, out io.Writer, path string, filter oncekv.MarkFilter, limit int, row func(oncekv.MarkInfo) string) (err error) {
+func listMarks(sf *storeFlags, out io.Writer, path string, filter oncekv.MarkFilter, limit int, row func(m oncekv.MarkInfo, now time.Time) string) (err error) {
 	db, err := sf.open(path, true)
 	if err != nil {
 		return err
@@ -60,9 +60,9 @@ func listMarks(sf *storeFlags, out io.Writer, path string, filter oncekv.MarkFil
 	defer closeInto(db, &err)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if !sf.json {
-		fmt.Fprintln(tw, row(oncekv.MarkInfo{}))
+		fmt.Fprintln(tw, row(oncekv.MarkInfo{}, time.Time{}))
 	}
-	n := 0
+	n, now := 0, db.Now()
 	err = db.Marks(filter, func(m oncekv.MarkInfo) error {
 		if limit > 0 && n == limit {
 			return errLimit
@@ -71,7 +71,7 @@ func listMarks(sf *storeFlags, out io.Writer, path string, filter oncekv.MarkFil
 		if sf.json {
 			return writeJSON(out, toMarkJSON(m))
 		}
-		_, err := fmt.Fprintln(tw, row(m))
+		_, err := fmt.Fprintln(tw, row(m, now))
 		return err
 	})
 	limited := errors.Is(err, errLimit)
@@ -88,7 +88,7 @@ func listMarks(sf *storeFlags, out io.Writer, path string, filter oncekv.MarkFil
 }
 
 // markRow is a row of marks; the zero mark gives the header.
-func markRow(m oncekv.MarkInfo) string {
+func markRow(m oncekv.MarkInfo, _ time.Time) string {
 	if m.Handler == "" {
 		return "STATE\tFIRST SEEN\tWINDOW\tHANDLER\tKEY"
 	}

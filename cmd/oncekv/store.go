@@ -31,15 +31,15 @@ func (s *storeFlags) register(fs *flag.FlagSet, read bool) {
 	}
 }
 
-// open opens the store at path. A writable open runs no background
-// expiry and keeps orphaned claims as they are, so that a command changes
-// only what it was asked to.
+// open opens the store at path. It runs no background expiry, and keeps
+// orphaned claims as they are (Options.KeepOrphanedClaims), so that a
+// command changes only what it was asked to and shows leases as written.
 func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
 	opts := &oncekv.Options{
 		ReadOnly:           readOnly,
 		Retention:          s.retention,
 		ExpireInterval:     -1,
-		KeepOrphanedClaims: !readOnly,
+		KeepOrphanedClaims: true,
 		OpenTimeout:        time.Second,
 	}
 	if s.now != "" {
