@@ -116,7 +116,7 @@ func forEachWindowRecord(btx *bolt.Tx, name []byte, report func(error) error, de
 		key := fmt.Sprintf("%x", k)
 		err := errors.New("key is not a window start")
 		if len(k) == 8 {
-			key = windowName(int64(binary.BigEndian.Uint64(k) ^ (1 << 63)))
+			key = time.Unix(0, int64(binary.BigEndian.Uint64(k)^(1<<63))).UTC().Format(time.RFC3339)
 			err = decode(v)
 		}
 		if err != nil {
