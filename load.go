@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/oncekv/oncekv/bucket"
 )
@@ -11,9 +12,11 @@ import (
 // LoadMarks writes marks, as DB.Marks listed them from another store (a
 // dump), into this one in one write transaction: for moving a store to
 // another machine. Each mark keeps its state, fingerprint, response or
-// error, token and FirstSeen, and goes into the window of its FirstSeen, or
-// the newest window when that is later (a window never gains a key once a
-// newer one exists), so load marks oldest first, as Marks lists them.
+// error, token and FirstSeen. It goes into this store's window of its
+// Window (of its FirstSeen when Window is zero), so it expires no sooner
+// than it did in the other store, or into the newest window when that is
+// later (a window never gains a key once a newer one exists): load marks
+// oldest window first, as Marks lists them.
 // A mark that has expired by this store's clock and Retention is skipped:
 // loaded reports how many marks were written.
 //
@@ -35,7 +38,7 @@ func (db *DB) LoadMarks(marks []MarkInfo) (loaded int, err error) {
 		loaded = 0
 		now := db.clock.read().UnixNano()
 		for i := range marks {
-			if db.window.ExpiresAt(db.window.Start(marks[i].FirstSeen)) <= now {
+			if db.window.ExpiresAt(db.window.Start(loadTime(&marks[i]))) <= now {
 				continue
 			}
 			if err := db.loadMarkLocked(w, &marks[i]); err != nil {
@@ -88,5 +91,13 @@ func (db *DB) loadMarkLocked(w *writeTx, info *MarkInfo) error {
 	if size := len(m.Response) + len(m.Error); size > MaxResponseSize {
 		return fmt.Errorf("%w: %d bytes, over %d", ErrResponseTooLarge, size, MaxResponseSize)
 	}
-	return w.putMark(db.placeMark(info.FirstSeen), mkey, m)
+	return w.putMark(db.placeMark(loadTime(info)), mkey, m)
+}
+
+// loadTime is the time whose window a loaded mark goes into.
+func loadTime(info *MarkInfo) time.Time {
+	if info.Window.IsZero() {
+		return info.FirstSeen
+	}
+	return info.Window
 }

@@ -285,3 +285,27 @@ func TestLoadMarksRoundTrip(t *testing.T) {
 	_, err = ro.LoadMarks(marks)
 	require.ErrorIs(t, err, oncekv.ErrReadOnly)
 }
+
+// TestReadOnlyStatsSeeFreePages: a read-only open (the operator's stats)
+// reports the free pages expiry left, as the writer saw them.
+func TestReadOnlyStatsSeeFreePages(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "free.db")
+	clock := oncetest.NewClock(claimEpoch)
+	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true, Now: clock.Now, ExpireInterval: -1})
+	require.NoError(t, err)
+	for i := range 2000 {
+		applyOp(t, db, "h", fmt.Sprint(i), strings.Repeat("r", 100))
+	}
+	advance(db, clock, oncekv.DefaultRetention+2*time.Hour)
+	_, err = db.Expire(context.Background())
+	require.NoError(t, err)
+	applyOp(t, db, "h", "last", "ok") // a commit after the expiry's, so its freed pages are free
+	free := db.Stats().File.FreePages
+	require.Positive(t, free)
+	require.NoError(t, db.Close())
+
+	ro, err := oncekv.Open(path, &oncekv.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer ro.Close()
+	require.InDelta(t, free, ro.Stats().File.FreePages, 4) // Close's own commit may move a few
+}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strings"
 
 	"github.com/oncekv/oncekv"
 )
@@ -33,7 +32,8 @@ func (e *usageError) Error() string { return e.msg }
 type command struct {
 	name    string
 	args    string // the positional arguments, for the usage line
-	summary string
+	short   string // one line, for the list of commands
+	summary string // the description -h prints
 	// run parses args with fs (flags already registered by flags) and does
 	// the work, writing its output to out.
 	flags func(fs *flag.FlagSet) func(out io.Writer, args []string) error
@@ -130,7 +130,7 @@ func usage(w io.Writer) {
 	sort.Strings(names)
 	for _, name := range names {
 		c := commands[name]
-		fmt.Fprintf(w, "  %-8s %-24s %s\n", name, c.args, strings.SplitN(c.summary, "\n", 2)[0])
+		fmt.Fprintf(w, "  %-8s %-17s %s\n", name, c.args, c.short)
 	}
 	fmt.Fprintln(w, "\nRun \"oncekv COMMAND -h\" for a command's flags.\nExit codes: 0 ok, 1 not found or problems found, 2 usage or error.")
 }

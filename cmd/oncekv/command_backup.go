@@ -10,7 +10,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "backup", args: "PATH DST", nargs: 2,
+		name: "backup", short: "copy the store into a new file",
+		args: "PATH DST", nargs: 2,
 		summary: "Write a consistent copy of the store to the new file DST, through DB.BackupFile\n" +
 			"(a temporary file, fsynced, renamed). DST must not exist. A store that a program\n" +
 			"has open is locked: that program backs it up by calling DB.BackupFile itself.",

@@ -11,7 +11,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "check", args: "PATH", nargs: 1,
+		name: "check", short: "check the file and every system record",
+		args: "PATH", nargs: 1,
 		summary: "Check the file: bbolt's consistency check, then every system record's checksum and\n" +
 			"decoding (marks, filters, leases, fences, metadata), naming the bucket and key of each\n" +
 			"problem. Exit 1 on any problem.",

@@ -11,7 +11,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "claims", args: "PATH", nargs: 1,
+		name: "claims", short: "list the claims in progress and their leases",
+		args: "PATH", nargs: 1,
 		summary: "List the claims in progress with their leases and tokens: the stuck work to look at.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags

@@ -15,7 +15,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "compact", args: "SRC DST", nargs: 2,
+		name: "compact", short: "copy the store into a new, compacted file",
+		args: "SRC DST", nargs: 2,
 		summary: "Copy the store SRC into the new file DST with bbolt's compaction, leaving out the\n" +
 			"free pages: the only way a bbolt file shrinks (after expiry dropped windows, say).\n" +
 			"DST must not exist. Put DST in SRC's place while no process has SRC open.",

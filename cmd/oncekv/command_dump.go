@@ -10,7 +10,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "dump", args: "PATH", nargs: 1,
+		name: "dump", short: "write marks and user buckets as JSON lines",
+		args: "PATH", nargs: 1,
 		summary: "Write the store's marks and user buckets to standard output as JSON lines, for\n" +
 			"moving a store between machines (see load) and for debugging. Fences and key\n" +
 			"versions of user keys are not dumped.",

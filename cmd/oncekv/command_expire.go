@@ -12,7 +12,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "expire", args: "PATH", nargs: 1,
+		name: "expire", short: "drop the expired windows (-dry-run: list them)",
+		args: "PATH", nargs: 1,
 		summary: "Drop the windows older than -retention, as the program's background expiry would.\n" +
 			"With -dry-run, list them and change nothing. Set -retention to the program's:\n" +
 			"the file does not keep it.",

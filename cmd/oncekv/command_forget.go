@@ -8,7 +8,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "forget", args: "PATH HANDLER KEY", nargs: 3,
+		name: "forget", short: "drop a mark, so the key is applied again",
+		args: "PATH HANDLER KEY", nargs: 3,
 		summary: "Drop the mark of (HANDLER, KEY), so its next delivery is applied again. Refused\n" +
 			"while a live claim holds the key. Exit 1 when the key has no mark.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {

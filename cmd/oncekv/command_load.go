@@ -13,7 +13,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "load", args: "PATH FILE", nargs: 2,
+		name: "load", short: "load a dump into a new or empty store",
+		args: "PATH FILE", nargs: 2,
 		summary: "Load a dump (JSON lines, \"-\" for standard input) into the store PATH, which must be\n" +
 			"new or empty. Marks keep their state, response and first-seen time; marks already\n" +
 			"expired by -retention are skipped, and so are claims in progress (their worker is\n" +

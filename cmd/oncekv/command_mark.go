@@ -12,7 +12,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "mark", args: "PATH HANDLER KEY", nargs: 3,
+		name: "mark", short: "one mark: state, first seen, fingerprint, response, lease",
+		args: "PATH HANDLER KEY", nargs: 3,
 		summary: "Show the mark of (HANDLER, KEY), the support question \"was this message processed,\n" +
 			"when, with what result?\": state, first seen, payload fingerprint, response, lease\n" +
 			"and token. Exit 1 when the key has no mark.",

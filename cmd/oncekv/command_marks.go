@@ -13,7 +13,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "marks", args: "PATH", nargs: 1,
+		name: "marks", short: "list marks, by handler, state or window",
+		args: "PATH", nargs: 1,
 		summary: "List marks, oldest window first, optionally of one handler, state or window.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags

@@ -11,7 +11,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "release", args: "PATH HANDLER KEY", nargs: 3,
+		name: "release", short: "release the claim of a dead worker",
+		args: "PATH HANDLER KEY", nargs: 3,
 		summary: "Release the claim on (HANDLER, KEY) whose worker is known to be dead, so the next\n" +
 			"Claim or Apply takes the key over at once. Refused while the lease is live, unless\n" +
 			"-force. Exit 1 when the key has no mark.",
@@ -40,16 +41,16 @@ func runRelease(sf *storeFlags, out io.Writer, args []string, force bool) (err e
 	case err != nil:
 		return err
 	case m.State != oncekv.MarkInProgress:
-		return fmt.Errorf("oncekv: release: %s/%s is %v, not a claim in progress: %w", handler, key, m.State, oncekv.ErrClaimDone)
+		return fmt.Errorf("%w: release: %s/%s is %v, not a claim in progress", oncekv.ErrClaimDone, handler, key, m.State)
 	case m.Released:
 		fmt.Fprintf(out, "%s/%s: already released\n", handler, key)
 		return nil
 	}
 	if now := db.Now(); now.Before(m.LeaseUntil) {
 		if !force {
-			return fmt.Errorf("oncekv: release: the lease of %s/%s (token %d) is live until %s, %v from now: "+
-				"its worker may still be running; wait, or use -force if you know it is dead: %w",
-				handler, key, m.Token, stamp(m.LeaseUntil), m.LeaseUntil.Sub(now), oncekv.ErrInProgress)
+			return fmt.Errorf("%w: release refused: the lease of %s/%s (token %d) is live until %s, %v from now, "+
+				"and its worker may still be running; wait, or use -force if you know it is dead",
+				oncekv.ErrInProgress, handler, key, m.Token, stamp(m.LeaseUntil), m.LeaseUntil.Sub(now))
 		}
 		fmt.Fprintf(warnings, "oncekv: warning: releasing a live claim (lease until %s). If its worker is still running, "+
 			"a second worker may now take the key over and make the external call again: only an external system "+

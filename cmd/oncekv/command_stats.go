@@ -13,7 +13,8 @@ import (
 
 func init() {
 	register(&command{
-		name: "stats", args: "PATH", nargs: 1,
+		name: "stats", short: "what the store holds: file, windows, marks, claims, buckets",
+		args: "PATH", nargs: 1,
 		summary: "Show what the store holds: file size and free space, windows, live marks and their\n" +
 			"age, claims in progress, marks per handler and state, user buckets and their keys.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
@@ -71,7 +72,10 @@ func runStats(sf *storeFlags, out io.Writer, path string) (err error) {
 	st := db.Stats()
 	var j statsJSON
 	j.File.Size, j.File.HighWater, j.File.PageSize = st.File.Size, st.File.HighWater, st.File.PageSize
-	j.File.FreeBytes, j.File.FreePages, j.File.PendingPages = st.File.FreeBytes, st.File.FreePages, st.File.PendingPages
+	j.File.FreePages, j.File.PendingPages = st.File.FreePages, st.File.PendingPages
+	// From the pages: bbolt computes Stats.File.FreeBytes at a writable
+	// commit, which a read-only open never makes.
+	j.File.FreeBytes = int64(st.File.FreePages+st.File.PendingPages) * int64(st.File.PageSize)
 	j.LiveMarks, j.OldestMarkAge = st.LiveMarks, st.OldestMarkAge.Seconds()
 	j.Windows = windowsJSON(st.Windows)
 	j.States, j.Handlers = map[string]uint64{}, map[string]uint64{}
