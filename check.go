@@ -38,7 +38,15 @@ func (db *DB) Check(fn func(problem error) error) error {
 	report := func(err error) error { return callUser(func() error { return fn(err) }) }
 	return db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
-			for err := range btx.Check() {
+			// bbolt's checker reads pages on its own goroutine until it has
+			// sent every problem: drain it on every way out (fn's error or
+			// panic included), so that it never outlives the transaction.
+			problems := btx.Check()
+			defer func() {
+				for range problems {
+				}
+			}()
+			for err := range problems {
 				if err := report(fmt.Errorf("%w: bbolt: %w", ErrCorrupt, err)); err != nil {
 					return err
 				}
