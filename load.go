@@ -16,8 +16,7 @@ import (
 // Window (of its FirstSeen when Window is zero), so it expires no sooner
 // than it did in the other store, or into the newest window when that is
 // later (a window never gains a key once a newer one exists): load marks
-// oldest window first, as Marks lists them.
-// A mark that has expired by this store's clock and Retention is skipped:
+// oldest window first, as Marks lists them. A mark that has expired by this store's clock and Retention is skipped:
 // loaded reports how many marks were written.
 //
 // Only DONE and FAILED marks are loaded. A claim in progress is refused
@@ -27,8 +26,10 @@ import (
 //
 // Errors, each wrapped in a *RequestError naming the handler and key, and
 // nothing is written when one is returned: an error matching fs.ErrExist
-// when the key has a mark here already; ErrInProgress; the bad input errors
-// of Apply; ErrReadOnly; ErrClosed.
+// when the key has a mark here already (or is given twice); ErrInProgress;
+// ErrInvalidMark for a State that is none of the MarkState values;
+// ErrResponseTooLarge; the bad input errors of Apply; ErrReadOnly;
+// ErrClosed.
 func (db *DB) LoadMarks(marks []MarkInfo) (loaded int, err error) {
 	if !db.life.enter() {
 		return 0, ErrClosed

@@ -43,7 +43,12 @@ func expireDryRun(sf *storeFlags, out io.Writer, path string) (err error) {
 		return err
 	}
 	if sf.json {
-		return writeJSON(out, windowsJSON(due))
+		for _, w := range windowsJSON(due) {
+			if err := writeJSON(out, w); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	var marks uint64
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)

@@ -152,15 +152,16 @@ func (l *loader) flushKVs() error {
 		}
 		return nil
 	})
+	defer func() { l.kvs = l.kvs[:0] }()
+	if err != nil {
+		return err
+	}
 	for _, d := range l.kvs {
-		switch {
-		case err != nil:
-		case d.Type == lineKV:
+		if d.Type == lineKV {
 			l.keys++
-		default:
+		} else {
 			l.buckets++
 		}
 	}
-	l.kvs = l.kvs[:0]
-	return err
+	return nil
 }
