@@ -4,8 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-
-	"github.com/oncekv/oncekv"
 )
 
 func init() {
@@ -20,7 +18,7 @@ func init() {
 				if exists(args[1]) {
 					return fmt.Errorf("oncekv: backup: %s exists; choose a new file", args[1])
 				}
-				db, err := (&storeFlags{retention: oncekv.DefaultRetention}).open(args[0], true)
+				db, err := (&storeFlags{}).open(args[0], true)
 				if err != nil {
 					return err
 				}

@@ -18,7 +18,7 @@ func init() {
 			"problem. Exit 1 on any problem.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, true)
+			sf.register(fs, true, false)
 			return func(out io.Writer, args []string) error { return runCheck(&sf, out, args[0]) }
 		},
 	})

@@ -16,7 +16,7 @@ func init() {
 		summary: "List the claims in progress with their leases and tokens: the stuck work to look at.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, true)
+			sf.register(fs, true, false)
 			return func(out io.Writer, args []string) error {
 				return listMarks(&sf, out, args[0], oncekv.MarkFilter{State: oncekv.MarkInProgress}, 0, claimRow)
 			}

@@ -31,7 +31,7 @@ func init() {
 func runCompact(out io.Writer, src, dst string, txMax int64) (err error) {
 	// Opening it through oncekv first checks that SRC is an oncekv store
 	// and that no process holds it.
-	db, err := (&storeFlags{retention: oncekv.DefaultRetention}).open(src, true)
+	db, err := (&storeFlags{}).open(src, true)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ func init() {
 			"versions of user keys are not dumped.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, false)
+			sf.register(fs, false, false)
 			return func(out io.Writer, args []string) error { return runDump(&sf, out, args[0]) }
 		},
 	})

@@ -19,7 +19,7 @@ func init() {
 			"the file does not keep it.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, true)
+			sf.register(fs, true, true)
 			var dry bool
 			fs.BoolVar(&dry, "dry-run", false, "list what would be dropped; change nothing (-json applies to it)")
 			return func(out io.Writer, args []string) error {

@@ -14,7 +14,7 @@ func init() {
 			"while a live claim holds the key. Exit 1 when the key has no mark.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, false)
+			sf.register(fs, false, false)
 			return func(out io.Writer, args []string) (err error) {
 				db, err := sf.open(args[0], false)
 				if err != nil {

@@ -21,7 +21,7 @@ func init() {
 			"on the other machine: those keys are applied afresh).",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			sf := storeFlags{create: true}
-			sf.register(fs, false)
+			sf.register(fs, false, true)
 			return func(out io.Writer, args []string) error { return runLoad(&sf, out, args[0], args[1]) }
 		},
 	})

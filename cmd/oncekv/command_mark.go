@@ -19,7 +19,7 @@ func init() {
 			"and token. Exit 1 when the key has no mark.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, true)
+			sf.register(fs, true, false)
 			return func(out io.Writer, args []string) error { return runMark(&sf, out, args) }
 		},
 	})

@@ -18,7 +18,7 @@ func init() {
 		summary: "List marks, oldest window first, optionally of one handler, state or window.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, true)
+			sf.register(fs, true, false)
 			var handler, state, win string
 			var limit int
 			fs.StringVar(&handler, "handler", "", "only the marks of this handler")

@@ -18,7 +18,7 @@ func init() {
 			"-force. Exit 1 when the key has no mark.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, false)
+			sf.register(fs, false, false)
 			var force bool
 			fs.BoolVar(&force, "force", false, "release even while the lease is live (says what it risks)")
 			return func(out io.Writer, args []string) error { return runRelease(&sf, out, args, force) }

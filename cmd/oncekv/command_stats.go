@@ -19,7 +19,7 @@ func init() {
 			"age, claims in progress, marks per handler and state, user buckets and their keys.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
-			sf.register(fs, true)
+			sf.register(fs, true, false)
 			return func(out io.Writer, args []string) error { return runStats(&sf, out, args[0]) }
 		},
 	})

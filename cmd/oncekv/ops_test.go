@@ -242,3 +242,27 @@ func TestUsageAndExitCodes(t *testing.T) {
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Contains(t, r.stderr, `"-order"`)
 }
+
+// TestShortWindows: a store of 1-minute windows and a 30-minute retention
+// (more than MaxWindows of its windows in the default 168h) opens for the
+// commands that do not go by the dedup window; expire needs the program's.
+func TestShortWindows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "short.db")
+	c := &fakeClock{now: t0}
+	db, err := oncekv.Open(path, &oncekv.Options{Now: c.Now, NoSync: true, ExpireInterval: -1, WindowSpan: time.Minute, Retention: 30 * time.Minute})
+	require.NoError(t, err)
+	_, err = db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "k"}, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	for _, args := range [][]string{{"stats", path}, {"mark", path, "h", "k"}, {"marks", path}, {"check", path}} {
+		r := cli(t, args...)
+		require.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+	}
+	r := cli(t, "expire", path, "-dry-run", "-now", at(time.Hour))
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "give the program's -retention")
+	r = cli(t, "expire", path, "-dry-run", "-retention", "30m", "-now", at(time.Hour))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "would drop 1 windows, 1 marks")
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,11 +22,14 @@ type storeFlags struct {
 	create bool
 }
 
-// register adds the store flags to fs; a read command also gets -json.
-func (s *storeFlags) register(fs *flag.FlagSet, read bool) {
+// register adds the store flags to fs: a read command also gets -json,
+// and one that goes by the dedup window (expire, load) -retention.
+func (s *storeFlags) register(fs *flag.FlagSet, read, retention bool) {
 	fs.StringVar(&s.now, "now", "", "the time to judge leases, ages and expiry by, RFC 3339 (default: the system clock)")
-	fs.DurationVar(&s.retention, "retention", oncekv.DefaultRetention,
-		"the dedup window the program uses on this store: it is not kept in the file, and expiry goes by it")
+	if retention {
+		fs.DurationVar(&s.retention, "retention", oncekv.DefaultRetention,
+			"the dedup window the program uses on this store: it is not kept in the file, and expiry goes by it")
+	}
 	if read {
 		fs.BoolVar(&s.json, "json", false, "print JSON for scripts instead of text")
 	}
@@ -52,7 +56,24 @@ func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
 	if !exists(path) && (readOnly || !s.create) {
 		return nil, fmt.Errorf("oncekv: %s: no such file", path)
 	}
-	return oncekv.Open(path, opts)
+	for {
+		db, err := oncekv.Open(path, opts)
+		switch {
+		case !errors.Is(err, oncekv.ErrInvalidOptions):
+			return db, err
+		case s.retention != 0:
+			return nil, fmt.Errorf("%w (give the program's -retention)", err)
+		case opts.Retention == 0:
+			opts.Retention = oncekv.DefaultRetention
+		case opts.Retention < time.Second:
+			return nil, err
+		}
+		// A command that does not go by the dedup window needs no
+		// particular Retention, but Open checks it against the file's
+		// WindowSpan (at most MaxWindows windows): halving the default
+		// fits it to a store of short windows in a few tries.
+		opts.Retention /= 2
+	}
 }
 
 // closeInto closes db, keeping the first error in *err.
