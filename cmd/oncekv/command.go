@@ -11,7 +11,7 @@ import (
 	"github.com/oncekv/oncekv"
 )
 
-// Exit codes, as bbolt's command and grep use them.
+// Exit codes, as grep has them: 0 found, 1 not found, 2 trouble.
 const (
 	exitOK       = 0 // success
 	exitNotFound = 1 // the mark is absent, or check found problems
@@ -34,8 +34,8 @@ type command struct {
 	args    string // the positional arguments, for the usage line
 	short   string // one line, for the list of commands
 	summary string // the description -h prints
-	// run parses args with fs (flags already registered by flags) and does
-	// the work, writing its output to out.
+	// flags registers the command's flags on fs and returns what runs it
+	// once they are parsed: with the positional args, writing to out.
 	flags func(fs *flag.FlagSet) func(out io.Writer, args []string) error
 	nargs int // the number of positional arguments it takes
 }
