@@ -66,7 +66,7 @@ type Advice struct {
 // giveUp lists the errors no retry can fix.
 var giveUp = []error{
 	ErrKeyReuse, ErrFailed, ErrFenced,
-	ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrValueTooLarge, ErrResponseTooLarge, ErrMarkOwnKey, ErrPublish, ErrBucketNameRequired,
+	ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrValueTooLarge, ErrResponseTooLarge, ErrMarkOwnKey, ErrPublish, ErrInvalidMark, ErrBucketNameRequired,
 	ErrInvalidOptions, ErrInvalidFingerprint, ErrInvalidLease, ErrInvalidFence, ErrResourceRequired,
 	ErrTxNotWritable, ErrTxClosed, ErrIncompatibleValue, ErrUnversioned, ErrExhausted,
 	ErrClaimDone, ErrUnknownClaim, ErrNotFound,

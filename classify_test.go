@@ -34,6 +34,7 @@ var classified = map[string]struct {
 	"ErrResponseTooLarge":   {oncekv.ErrResponseTooLarge, oncekv.GiveUp},
 	"ErrMarkOwnKey":         {oncekv.ErrMarkOwnKey, oncekv.GiveUp},
 	"ErrPublish":            {oncekv.ErrPublish, oncekv.GiveUp},
+	"ErrInvalidMark":        {oncekv.ErrInvalidMark, oncekv.GiveUp},
 	"ErrBucketNameRequired": {oncekv.ErrBucketNameRequired, oncekv.GiveUp},
 	"ErrInvalidOptions":     {oncekv.ErrInvalidOptions, oncekv.GiveUp},
 	"ErrInvalidWindow":      {oncekv.ErrInvalidWindow, oncekv.GiveUp},

@@ -118,6 +118,9 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		Timeout:  o.OpenTimeout,
 		NoSync:   o.NoSync,
 		ReadOnly: o.ReadOnly, // a shared lock: other readers may open it too
+		// bbolt reads the freelist of a read-only file only when asked, and
+		// Stats.File would report no free pages without it.
+		PreLoadFreelist: o.ReadOnly,
 		// The array freelist hands out the lowest free pages first, so
 		// pages that expiry frees are reused before the file's end: under
 		// steady traffic the file plateaus at its first retention's size.

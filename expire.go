@@ -64,14 +64,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	store, raw := db.clock.readRaw()
 	now := min(store.UnixNano(), raw.UnixNano())
 	floor := db.windows.Floor()
-	for _, w := range db.windows.Windows() {
-		// Windows go oldest first, and stop at the first one to keep: the
-		// floor drops everything below it. A window holding a claim whose
-		// lease is still running is kept until it ends (and the newer ones
-		// with it), so a live claim never loses its mark.
-		if now < db.window.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {
-			break
-		}
+	for _, w := range db.expirable(now) {
 		floor = max(floor, db.window.End(w.Start))
 	}
 	if floor > db.windows.Floor() {

@@ -1,0 +1,155 @@
+package oncekv
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/bloom"
+	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/fence"
+)
+
+// Check verifies the whole file, for an operator after a power cut or a
+// disk error, and calls fn with every problem it finds, one at a time, until
+// fn returns an error, which Check returns. It checks:
+//
+//   - bbolt's structure (its Tx.Check: pages, freelist, reachability);
+//     each problem wraps ErrCorrupt;
+//   - every system record: the format, window span and expiry records,
+//     every window's marks, the persisted Bloom filters, the lease ends and
+//     the fences. Each record's checksum is verified and its body decoded;
+//     each problem is a *RecordError naming the bucket and the key, and
+//     matches ErrCorrupt.
+//
+// User buckets hold the caller's bytes, which carry no checksum, and are
+// checked only by bbolt's part. Check writes nothing and works on a
+// read-only DB; it reads every page in one read transaction, so it takes
+// time in proportion to the file, and fn must not call other DB methods.
+// A file with no problem calls fn never and returns nil.
+func (db *DB) Check(fn func(problem error) error) error {
+	if !db.life.enter() {
+		return ErrClosed
+	}
+	defer db.life.exit()
+	report := func(err error) error { return callUser(func() error { return fn(err) }) }
+	return db.guard(func() error {
+		return db.bolt.View(func(btx *bolt.Tx) error {
+			// bbolt's checker reads pages on its own goroutine until it has
+			// sent every problem: drain it on every way out (fn's error or
+			// panic included), so that it never outlives the transaction.
+			problems := btx.Check()
+			defer func() {
+				for range problems {
+				}
+			}()
+			for err := range problems {
+				if err := report(fmt.Errorf("%w: bbolt: %w", ErrCorrupt, err)); err != nil {
+					return err
+				}
+			}
+			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkFilters, checkLeases, checkFences} {
+				if err := check(btx, report); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// checkMeta checks the format, window span and expiry records.
+func checkMeta(btx *bolt.Tx, report func(error) error) error {
+	if err := bucket.Check(btx); err != nil {
+		return report(err)
+	}
+	if _, _, err := bucket.ReadSpan(btx); err != nil {
+		if err := report(err); err != nil {
+			return err
+		}
+	}
+	if _, err := bucket.ReadExpiry(btx); err != nil {
+		return report(err)
+	}
+	return nil
+}
+
+// checkWindows decodes every mark of every window, expired ones still on
+// disk included: Expire will read their keys to delete them.
+func checkWindows(btx *bolt.Tx, report func(error) error) error {
+	return bucket.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
+		return w.ForEach(func(k, _ []byte) error {
+			var err error
+			if _, _, ok := bucket.SplitMarkKey(k); !ok {
+				err = &RecordError{Bucket: windowName(start), Key: fmt.Sprintf("%x", k), Err: errors.New("malformed mark key")}
+			} else {
+				_, err = bucket.GetMark(w, start, k)
+			}
+			if err != nil {
+				return report(err)
+			}
+			return nil
+		})
+	})
+}
+
+// checkFilters decodes every persisted Bloom filter, checksum included.
+func checkFilters(btx *bolt.Tx, report func(error) error) error {
+	return forEachWindowRecord(btx, bucket.FiltersRoot, report, func(v []byte) error {
+		_, err := bloom.Decode(v)
+		return err
+	})
+}
+
+// checkLeases decodes every window's recorded lease end.
+func checkLeases(btx *bolt.Tx, report func(error) error) error {
+	return forEachWindowRecord(btx, bucket.LeasesRoot, report, func(v []byte) error {
+		var l bucket.LeaseEnd
+		return l.Unmarshal(v)
+	})
+}
+
+// forEachWindowRecord runs decode on every value of the system bucket name,
+// whose keys are window starts, and reports each one that fails. A missing
+// bucket is no problem: files made before it existed lack it.
+func forEachWindowRecord(btx *bolt.Tx, name []byte, report func(error) error, decode func(v []byte) error) error {
+	b := btx.Bucket(name)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		key := fmt.Sprintf("%x", k)
+		err := errors.New("key is not a window start")
+		if len(k) == 8 {
+			key = time.Unix(0, int64(binary.BigEndian.Uint64(k)^(1<<63))).UTC().Format(time.RFC3339)
+			err = decode(v)
+		}
+		if err != nil {
+			return report(&RecordError{Bucket: string(name), Key: key, Err: err})
+		}
+		return nil
+	})
+}
+
+// checkFences decodes every counter and key record of the fences bucket.
+func checkFences(btx *bolt.Tx, report func(error) error) error {
+	b := btx.Bucket(bucket.FencesRoot)
+	if b == nil {
+		return nil // bucket.Check has reported it
+	}
+	return fence.Check(b, func(e *fence.RecordError) error {
+		name := string(bucket.FencesRoot)
+		if e.Bucket != nil {
+			name += "/" + string(e.Bucket)
+		}
+		return report(&RecordError{Bucket: name, Key: string(e.Key), Err: e.Err})
+	})
+}
+
+// windowName names a window in a problem report by its start.
+func windowName(start int64) string {
+	return string(bucket.WindowPrefix) + time.Unix(0, start).UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/oncekv/oncekv"
+)
+
+func init() {
+	register(&command{
+		name: "load", short: "load a dump into a new or empty store",
+		args: "PATH FILE", nargs: 2,
+		summary: "Load a dump (JSON lines, \"-\" for standard input) into the store PATH, which must be\n" +
+			"new or empty. Marks keep their state, response and first-seen time; marks already\n" +
+			"expired by -retention are skipped, and so are claims in progress (their worker is\n" +
+			"on the other machine: those keys are applied afresh).",
+		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
+			sf := storeFlags{create: true}
+			sf.register(fs, false, true)
+			return func(out io.Writer, args []string) error { return runLoad(&sf, out, args[0], args[1]) }
+		},
+	})
+}
+
+// loadBatch is how many marks, or keys, one transaction of load writes:
+// few commits, and bounded memory whatever the size of the dump.
+const loadBatch = 1000
+
+// dumpLine is any line of a dump.
+type dumpLine struct {
+	markJSON
+	Bucket text  `json:"bucket"`
+	Value  *text `json:"value"`
+}
+
+// loader writes a dump into a store in batches.
+type loader struct {
+	db                   *oncekv.DB
+	marks                []oncekv.MarkInfo
+	kvs                  []dumpLine
+	read, loaded, claims int
+	buckets, keys        int
+}
+
+func runLoad(sf *storeFlags, out io.Writer, path, file string) (err error) {
+	in := io.Reader(os.Stdin)
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	db, err := sf.open(path, false)
+	if err != nil {
+		return err
+	}
+	defer closeInto(db, &err)
+	if err := requireEmpty(db); err != nil {
+		return err
+	}
+	l := &loader{db: db}
+	dec := json.NewDecoder(in)
+	for line := 1; ; line++ {
+		var d dumpLine
+		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("oncekv: load: %s: object %d: %w", file, line, err)
+		}
+		if err := l.add(&d); err != nil {
+			return fmt.Errorf("oncekv: load: %s: object %d: %w", file, line, err)
+		}
+	}
+	if err := errors.Join(l.flushMarks(), l.flushKVs()); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "loaded %d marks of %d (%d expired skipped), %d keys in %d buckets\n",
+		l.loaded, l.read, l.read-l.loaded, l.keys, l.buckets)
+	if l.claims > 0 {
+		fmt.Fprintf(warnings, "oncekv: warning: %d claims in progress not loaded: their keys will be applied afresh\n", l.claims)
+	}
+	return nil
+}
+
+// requireEmpty refuses a store with marks or user buckets: load adds, and
+// mixing two stores' keys is a merge, which it does not do.
+func requireEmpty(db *oncekv.DB) error {
+	errFull := errors.New("oncekv: load: the store is not empty; load into a new file")
+	err := db.Marks(oncekv.MarkFilter{}, func(oncekv.MarkInfo) error { return errFull })
+	if err != nil {
+		return err
+	}
+	return db.View(func(tx *oncekv.Tx) error {
+		return tx.ForEachBucket(func([]byte) error { return errFull })
+	})
+}
+
+func (l *loader) add(d *dumpLine) error {
+	switch d.Type {
+	case lineMark:
+		if d.State == oncekv.MarkInProgress.String() {
+			l.claims++
+			return nil
+		}
+		m, err := d.markInfo()
+		if err != nil {
+			return err
+		}
+		if l.marks = append(l.marks, m); len(l.marks) == loadBatch {
+			return l.flushMarks()
+		}
+	case lineBucket, lineKV:
+		if d.Type == lineKV && (d.Value == nil || d.Key == nil) {
+			return errors.New("a kv line needs a key and a value")
+		}
+		if l.kvs = append(l.kvs, *d); len(l.kvs) == loadBatch {
+			return l.flushKVs()
+		}
+	default:
+		return fmt.Errorf("unknown line type %q", d.Type)
+	}
+	return nil
+}
+
+func (l *loader) flushMarks() error {
+	n, err := l.db.LoadMarks(l.marks)
+	l.read += len(l.marks)
+	l.loaded += n
+	l.marks = l.marks[:0]
+	return err
+}
+
+func (l *loader) flushKVs() error {
+	err := l.db.Update(func(tx *oncekv.Tx) error {
+		for _, d := range l.kvs {
+			b, err := tx.CreateBucketIfNotExists(d.Bucket)
+			if err != nil {
+				return err
+			}
+			if d.Type == lineKV {
+				if err := b.Put(d.Key, *d.Value); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	defer func() { l.kvs = l.kvs[:0] }()
+	if err != nil {
+		return err
+	}
+	for _, d := range l.kvs {
+		if d.Type == lineKV {
+			l.keys++
+		} else {
+			l.buckets++
+		}
+	}
+	return nil
+}

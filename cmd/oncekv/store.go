@@ -1,0 +1,97 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/oncekv/oncekv"
+)
+
+// storeFlags are the flags of every command that opens a store.
+type storeFlags struct {
+	now       string
+	retention time.Duration
+	json      bool
+	// create lets a writable open create a missing file (load); every
+	// other command refuses a path that is not there, rather than leave an
+	// empty store behind a typo.
+	create bool
+}
+
+// register adds the store flags to fs: a read command also gets -json,
+// and one that goes by the dedup window (expire, load) -retention.
+func (s *storeFlags) register(fs *flag.FlagSet, read, retention bool) {
+	fs.StringVar(&s.now, "now", "", "the time to judge leases, ages and expiry by, RFC 3339 (default: the system clock)")
+	if retention {
+		fs.DurationVar(&s.retention, "retention", oncekv.DefaultRetention,
+			"the dedup window the program uses on this store: it is not kept in the file, and expiry goes by it")
+	}
+	if read {
+		fs.BoolVar(&s.json, "json", false, "print JSON for scripts instead of text")
+	}
+}
+
+// open opens the store at path. It runs no background expiry, and keeps
+// orphaned claims as they are (Options.KeepOrphanedClaims), so that a
+// command changes only what it was asked to and shows leases as written.
+func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
+	opts := &oncekv.Options{
+		ReadOnly:           readOnly,
+		Retention:          s.retention,
+		ExpireInterval:     -1,
+		KeepOrphanedClaims: true,
+		OpenTimeout:        time.Second,
+	}
+	if s.now != "" {
+		t, err := time.Parse(time.RFC3339Nano, s.now)
+		if err != nil {
+			return nil, &usageError{fmt.Sprintf("-now %q: %v", s.now, err)}
+		}
+		opts.Now = func() time.Time { return t }
+	}
+	if !exists(path) && (readOnly || !s.create) {
+		return nil, fmt.Errorf("oncekv: %s: no such file", path)
+	}
+	for {
+		db, err := oncekv.Open(path, opts)
+		switch {
+		case !errors.Is(err, oncekv.ErrInvalidOptions):
+			return db, err
+		case s.retention != 0:
+			return nil, fmt.Errorf("%w (give the program's -retention)", err)
+		case opts.Retention == 0:
+			opts.Retention = oncekv.DefaultRetention
+		case opts.Retention < time.Second:
+			return nil, err
+		}
+		// A command that does not go by the dedup window needs no
+		// particular Retention, but Open checks it against the file's
+		// WindowSpan (at most MaxWindows windows): halving the default
+		// fits it to a store of short windows in a few tries.
+		opts.Retention /= 2
+	}
+}
+
+// closeInto closes db, keeping the first error in *err.
+func closeInto(db *oncekv.DB, err *error) {
+	if cerr := db.Close(); *err == nil {
+		*err = cerr
+	}
+}
+
+// writeJSON writes v as one line of JSON.
+func writeJSON(out io.Writer, v any) error {
+	return json.NewEncoder(out).Encode(v)
+}
+
+// stamp formats a time for text output; the zero time is "-".
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
