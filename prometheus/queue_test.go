@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	prom "github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -126,14 +125,7 @@ oncekv_queue_waiting{queue="jobs"} 0
 	clock.Advance(time.Minute)
 	require.Zero(t, gather(t, c, "oncekv_queue_in_flight", map[string]string{"queue": "jobs"}))
 	require.Equal(t, 3.0, gather(t, c, "oncekv_queue_ready", map[string]string{"queue": "jobs"}))
-
-	problems, err := testutil.CollectAndLint(c)
-	require.NoError(t, err)
-	require.Empty(t, problems)
-	reg := prom.NewPedanticRegistry()
-	require.NoError(t, reg.Register(c))
-	_, err = reg.Gather()
-	require.NoError(t, err)
+	requireLintClean(t, c)
 }
 
 func TestAddQueue(t *testing.T) {
