@@ -166,8 +166,9 @@ func queueChart(rows []queueRow, path string) error {
 	bars.LineStyle.Width = 0
 	pl.Add(bars)
 	pl.NominalY(names...)
-	pl.X.Min = min(pl.X.Min, -math.Log10(2))
-	pl.X.Max = max(pl.X.Max, math.Log10(2))
+	// At least 0.5x to 2x, and room past the longest bar.
+	pl.X.Min = min(pl.X.Min-0.05, -math.Log10(2))
+	pl.X.Max = max(pl.X.Max+0.05, math.Log10(2))
 	pl.Add(plotter.NewGrid())
 	return pl.Save(9*vg.Inch, 4.5*vg.Inch, path)
 }
