@@ -267,6 +267,10 @@ type op struct {
 	// goroutine is promoted to lead the next group commit. Only ops of the
 	// group commit have one.
 	wake chan bool
+	// step, when not nil, makes o a claim's write (take, Extend, Complete,
+	// Fail) riding the group commit: decideOne runs it in place of Apply's
+	// logic (see decideStep).
+	step func(w *writeTx) error
 }
 
 func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte, error)) (*op, error) {
@@ -515,6 +519,9 @@ func (db *DB) decide(w *writeTx, ops []*op) (int, error) {
 // (or possibly writing) something that must be rolled back: o is then
 // settled, or holds the permanent error to record in the next attempt.
 func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
+	if o.step != nil {
+		return decideStep(w, o)
+	}
 	o.res, o.err, o.kind = Result{}, nil, outcomeNone
 	if err := o.ctx.Err(); err != nil {
 		o.fail(outcomeAborted, err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 
@@ -92,8 +93,9 @@ const releasedLease = math.MinInt64
 //
 // When the key is free, or held by a claim whose lease has run out (or that
 // was released), it writes the key's mark IN_PROGRESS, with the lease's end
-// and a fresh fencing token, in one durable write transaction, and returns
-// a claim that holds the key. Tokens come from one counter for the whole
+// and a fresh fencing token, in one durable write transaction (shared with
+// concurrent calls, as Apply's group commit), and returns a claim that
+// holds the key. Tokens come from one counter for the whole
 // store: each is strictly greater than every token issued before it, across
 // restarts, so a takeover always gets a greater token than the holder it
 // replaces.
@@ -129,12 +131,10 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 	}
 	c := &Claim{db: db, req: Request{Handler: req.Handler, Key: req.Key}, mkey: o.mkey, key: claimKey(o.mkey)}
 	if !db.answerFromSnapshot([]*op{o}) {
-		err := db.writeContext(ctx, func(w *writeTx) error { return c.take(w, o, lease) })
-		switch {
-		case err == nil:
+		// A step that answered from the mark leaves its kind set; a taken
+		// claim leaves it outcomeNone.
+		if db.commitStep(o, func(w *writeTx) error { return c.take(w, o, lease) }) == nil && o.kind == outcomeNone {
 			db.crashAt(crashClaimTaken)
-		case err != errAnswered:
-			o.fail(outcomeAborted, err)
 		}
 	}
 	// settle counts the outcome and logs a duplicate, as for Apply.
@@ -152,10 +152,53 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 	return c, nil
 }
 
-// errAnswered rolls back a claim's transaction that wrote nothing because
-// the mark, read again under the write lock, already answered the request:
-// an empty commit would cost an fsync for nothing.
+// errAnswered ends a claim's step that wrote nothing because the mark,
+// read again under the write lock, already answered the request (o holds
+// the answer).
 var errAnswered = errors.New("oncekv: answered from the mark")
+
+// errUserExit ends the step of a Complete whose effect panicked or called
+// runtime.Goexit; commitStep raises either again in Complete's caller.
+var errUserExit = errors.New("oncekv: the effect panicked or called runtime.Goexit")
+
+// commitStep runs step, a claim's write, through the group commit as o's,
+// so that concurrent claims share commits (and fsyncs) with each other and
+// with Apply. It returns o's error once o is settled, after raising again,
+// in the caller's goroutine, a panic or a runtime.Goexit of Complete's
+// effect.
+func (db *DB) commitStep(o *op, step func(w *writeTx) error) error {
+	o.step = step
+	db.group.submit(o)
+	if o.panicVal != nil {
+		panic(o.panicVal)
+	}
+	if o.goexit {
+		runtime.Goexit()
+	}
+	return o.err
+}
+
+// decideStep runs o's step in w, for decideOne. Like Apply's ops, a step
+// that succeeded (or answered from the mark) stays tentative until the
+// commit; one that failed is settled with its error, and reported for undo,
+// since it may have written part of its change: the transaction then runs
+// again without it.
+func decideStep(w *writeTx, o *op) (undo bool) {
+	o.res, o.err, o.kind = Result{}, nil, outcomeNone
+	if err := o.ctx.Err(); err != nil {
+		o.fail(outcomeAborted, err)
+		o.settled = true
+		return false
+	}
+	switch err := o.step(w); err {
+	case nil, errAnswered:
+		return false
+	default:
+		o.fail(outcomeAborted, err)
+		o.settled = true
+		return true
+	}
+}
 
 // take claims the key in w, unless its mark, read again under the write
 // lock, answers o: a concurrent writer may have claimed or applied it since
@@ -300,7 +343,7 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 	}
 	return c.wrap(c.run(func() error {
 		var until int64
-		err := c.updateLocked(ctx, outcomeNone, bad, func(w *writeTx, m *bucket.FoundMark) error {
+		err := c.updateLocked(ctx, outcomeNone, bad, nil, func(w *writeTx, _ *op, m *bucket.FoundMark) error {
 			mark := m.Mark
 			mark.LeaseUntil = leaseEnd(w.now, lease)
 			until = mark.LeaseUntil
@@ -329,6 +372,12 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 // runtime.Goexit, the caller exits. Either way nothing is written and the
 // claim still holds the key.
 //
+// Concurrent Completes (and Claims, Extends, Fails and Apply calls) share
+// commits, as Apply's do, so effect runs on a goroutine of oncekv's and,
+// as Apply's effect, may run more than once: when another call of the same
+// commit fails, the commit runs again without it. Only the run that
+// commits leaves changes, so effect must change nothing outside tx.
+//
 // Errors: ErrFenced once another worker has taken the key over (nothing is
 // changed, effect does not run); ErrClaimDone when the claim was done
 // already (Done, or after Complete or Fail); ErrResponseTooLarge when
@@ -337,19 +386,12 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 // before the commit, including while waiting for the write lock; ErrClosed.
 func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *Tx) error) (Result, error) {
 	var res Result
-	var done *writeTx
+	var done *op
 	err := c.run(func() error {
 		resp := bytes.Clone(response) // the caller may reuse response at once
 		var first int64
-		err := c.updateLocked(ctx, outcomeApplied, c.db.checkResponse(len(resp)), func(w *writeTx, m *bucket.FoundMark) error {
-			done = w
-			if effect != nil {
-				c.db.crashAt(crashBeforeEffect)
-				if err := callUser(func() error { return effect(w.tx) }); err != nil {
-					return &effectError{err}
-				}
-				c.db.crashAt(crashAfterEffect)
-			}
+		err := c.updateLocked(ctx, outcomeApplied, c.db.checkResponse(len(resp)), effect, func(w *writeTx, o *op, m *bucket.FoundMark) error {
+			done = o
 			mark := m.Mark
 			mark.State, mark.Response, mark.LeaseUntil = bucket.Done, resp, 0
 			first = m.FirstSeen
@@ -409,7 +451,7 @@ func (c *Claim) failLocked(ctx context.Context, cause error) error {
 		kind, msg = outcomeFailedRecorded, cause.Error()
 		bad = c.db.checkResponse(len(msg))
 	}
-	err := c.updateLocked(ctx, kind, bad, func(w *writeTx, m *bucket.FoundMark) error {
+	err := c.updateLocked(ctx, kind, bad, nil, func(w *writeTx, _ *op, m *bucket.FoundMark) error {
 		mark := m.Mark
 		if permanent {
 			mark.State, mark.Error, mark.LeaseUntil = bucket.Failed, msg, 0
@@ -434,6 +476,25 @@ func (c *Claim) failLocked(ctx context.Context, cause error) error {
 // transaction, so it is told apart from the store's own errors.
 type effectError struct{ err error }
 
+// stepEffect runs o's effect, if any, in w (see runEffect: on a goroutine
+// of its own, its panic or Goexit recorded in o, its OnCommit hooks in
+// o.hooks).
+func (db *DB) stepEffect(w *writeTx, o *op) error {
+	if o.effect == nil {
+		return nil
+	}
+	db.crashAt(crashBeforeEffect)
+	r := runEffect(w.tx, o)
+	switch {
+	case o.panicVal != nil, o.goexit:
+		return errUserExit
+	case r.err != nil:
+		return &effectError{r.err}
+	}
+	db.crashAt(crashAfterEffect)
+	return nil
+}
+
 func (e *effectError) Error() string { return e.err.Error() }
 
 // run calls fn with c locked, while the DB is open.
@@ -453,7 +514,14 @@ func (c *Claim) run(fn func() error) error {
 // updateLocked runs fn on the key's mark in a write transaction, if c still
 // holds the key and bad, an input error found by the caller, is nil. It
 // counts the outcome: kind on success. The caller holds c.mu.
-func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, fn func(w *writeTx, m *bucket.FoundMark) error) error {
+//
+// The write rides the group commit (commitStep), so it may share its
+// commit with other claims and Apply calls, and run again when one of them
+// fails; fn then sees a fresh transaction and must set nothing that the
+// last run does not set again. effect, when not nil, is Complete's: it runs
+// in o, after the check that c holds the key and before fn, as an Apply
+// effect would (runEffect).
+func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effect func(*Tx) error, fn func(w *writeTx, o *op, m *bucket.FoundMark) error) error {
 	err := bad
 	switch {
 	case err != nil:
@@ -462,10 +530,11 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, fn fu
 	case c.mu.state != claimHeld:
 		err = ErrClaimDone
 	default:
-		err = c.db.writeContext(ctx, func(w *writeTx) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
+		o := &op{ctx: ctx, req: &c.req}
+		if effect != nil {
+			o.effect = func(tx *Tx) ([]byte, error) { return nil, effect(tx) }
+		}
+		err = c.db.commitStep(o, func(w *writeTx) error {
 			m, err := c.db.findMark(w.btx, c.mkey)
 			if err != nil {
 				return err
@@ -473,7 +542,10 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, fn fu
 			if err := c.heldBy(m); err != nil {
 				return err
 			}
-			if err := fn(w, m); err != nil {
+			if err := c.db.stepEffect(w, o); err != nil {
+				return err
+			}
+			if err := fn(w, o, m); err != nil {
 				return err
 			}
 			return ctx.Err() // done meanwhile: apply nothing

@@ -3,8 +3,10 @@ package oncekv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -445,22 +447,137 @@ func TestClaimAfterClose(t *testing.T) {
 //	go test -run '^$' -bench 'ClaimCompleteVsApply' -benchtime 2000x .
 func BenchmarkClaimCompleteVsApply(b *testing.B) {
 	db := openBench(b, false)
-	ctx := context.Background()
 	var claimCommits uint64
 	pair(b, 1, "apply", func(i uint64) { applyUnique(b, db, i) }, "claim+complete", func(i uint64) {
-		key := benchKey(i)
 		before := db.Stats().Commits
-		c, err := db.Claim(ctx, oncekv.Request{Handler: "bench-claim", Key: string(key), Payload: benchValue}, time.Minute)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := c.Complete(ctx, []byte("ok"), func(tx *oncekv.Tx) error {
-			_, err := putEffect(tx, key)
-			return err
-		}); err != nil {
+		if err := claimComplete(db, i); err != nil {
 			b.Fatal(err)
 		}
 		claimCommits += db.Stats().Commits - before
 	})
 	b.ReportMetric(float64(claimCommits)/float64(b.N), "commits/claim")
+}
+
+// BenchmarkConcurrentClaim8Vs1, durable: a first request through idemhttp
+// is a Claim then a Complete. 64 of them by one goroutine against 64 by
+// eight at once: both steps ride the group commit, so the eight share
+// fsyncs instead of taking turns at the write lock.
+//
+//	go test -run '^$' -bench 'ConcurrentClaim8Vs1' -benchtime 50x .
+func BenchmarkConcurrentClaim8Vs1(b *testing.B) {
+	concurrent8Vs1(b, claimComplete)
+}
+
+// claimComplete claims a new key and completes it with the benchmarks'
+// local write.
+func claimComplete(db *oncekv.DB, i uint64) error {
+	ctx := context.Background()
+	key := benchKey(i)
+	c, err := db.Claim(ctx, oncekv.Request{Handler: "bench-claim", Key: string(key), Payload: benchValue}, time.Minute)
+	if err != nil {
+		return err
+	}
+	_, err = c.Complete(ctx, []byte("ok"), func(tx *oncekv.Tx) error {
+		_, err := putEffect(tx, key)
+		return err
+	})
+	return err
+}
+
+// TestClaimsShareCommits: claims, then their Completes, that queue behind
+// a commit in progress share the next commit (they ride Apply's group
+// commit) instead of committing one by one, and each keeps its own token
+// and outcome. A neighbour whose effect fails makes the commit run again
+// without it: a Complete's effect then runs twice, its writes and its
+// OnCommit hook land once.
+func TestClaimsShareCommits(t *testing.T) {
+	db, _ := openClocked(t)
+	ctx := context.Background()
+	const n = 8
+	req := func(i int) oncekv.Request {
+		return oncekv.Request{Handler: "email", Key: fmt.Sprint("k", i), Payload: []byte("p")}
+	}
+	// hold runs fn in n goroutines while an Apply's effect holds the
+	// commit, and releases it once all n wait in the group commit's queue.
+	hold := func(key string, fn func(i int)) {
+		t.Helper()
+		entered, release := make(chan struct{}), make(chan struct{})
+		var wg sync.WaitGroup
+		var held error
+		wg.Go(func() {
+			_, held = db.Apply(ctx, oncekv.Request{Handler: "hold", Key: key}, func(*oncekv.Tx) ([]byte, error) {
+				close(entered)
+				<-release
+				return nil, nil
+			})
+		})
+		<-entered
+		free := sync.OnceFunc(func() { close(release) })
+		defer free() // a failed check below must not leave the store held
+		for i := range n {
+			wg.Go(func() { fn(i) })
+		}
+		require.Eventually(t, func() bool { return oncekv.QueuedApplies(db) == n }, hangLimit, time.Millisecond,
+			"the calls wait in the group commit's queue")
+		free()
+		wg.Wait()
+		require.NoError(t, held)
+	}
+
+	claims := make([]*oncekv.Claim, n)
+	errs := make([]error, n)
+	before := db.Stats().Commits
+	hold("a", func(i int) { claims[i], errs[i] = db.Claim(ctx, req(i), lease) })
+	require.Equal(t, before+2, db.Stats().Commits, "the held Apply's commit, then one for the eight claims")
+	tokens := map[uint64]bool{}
+	for i, c := range claims {
+		require.NoError(t, errs[i])
+		require.False(t, c.Done())
+		tokens[c.Token()] = true
+	}
+	require.Len(t, tokens, n, "every claim has its own token")
+
+	var runs [n]atomic.Int64
+	var hooks [n]atomic.Int64
+	errFlaky := errors.New("flaky")
+	results := make([]error, n)
+	before = db.Stats().Commits
+	hold("b", func(i int) {
+		_, results[i] = claims[i].Complete(ctx, []byte("sent"), func(tx *oncekv.Tx) error {
+			runs[i].Add(1)
+			tx.OnCommit(func() { hooks[i].Add(1) })
+			b, err := tx.CreateBucketIfNotExists([]byte("sent"))
+			if err != nil {
+				return err
+			}
+			if i == n-1 {
+				return errFlaky // its neighbours commit without it
+			}
+			return b.Put([]byte(req(i).Key), []byte("yes"))
+		})
+	})
+	require.LessOrEqual(t, db.Stats().Commits-before, uint64(3), "the held Apply's commit, then the Completes' (run again without the failed one)")
+	for i, c := range claims[:n-1] {
+		require.NoError(t, results[i])
+		require.True(t, c.Done())
+		require.Equal(t, int64(1), hooks[i].Load(), "hook %d", i)
+		require.LessOrEqual(t, runs[i].Load(), int64(2), "effect %d", i)
+	}
+	require.ErrorIs(t, results[n-1], errFlaky)
+	require.False(t, claims[n-1].Done(), "a failed effect leaves the claim holding the key")
+	require.Zero(t, hooks[n-1].Load())
+	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+		b := tx.Bucket([]byte("sent"))
+		require.NotNil(t, b)
+		for i := range n {
+			want := []byte("yes")
+			if i == n-1 {
+				want = nil
+			}
+			require.Equal(t, want, b.Get([]byte(req(i).Key)), "key %d", i)
+		}
+		return nil
+	}))
+	_, err := claims[n-1].Complete(ctx, []byte("sent"), nil)
+	require.NoError(t, err, "the holder completes on its next try")
 }

@@ -35,7 +35,7 @@ var CrashPoints = map[string]CrashPoint{
 // Open, before any other call.
 func SetCrashHook(db *DB, hook func(CrashPoint)) { db.crashHook = hook }
 
-// QueuedApplies returns how many Apply calls wait in the group commit's
+// QueuedApplies returns how many Apply (or claim) calls wait in the group commit's
 // queue for a commit to take them, so a test can line callers up behind a
 // running commit.
 func QueuedApplies(db *DB) int {

@@ -129,16 +129,6 @@ func (db *DB) write(fn func(w *writeTx) error) error {
 	return db.writeLocked(fn)
 }
 
-// writeContext is write for a caller with a context: it gives up waiting
-// for the write lock, and returns ctx's error, when ctx ends first.
-func (db *DB) writeContext(ctx context.Context, fn func(w *writeTx) error) error {
-	if err := db.writeMu.LockContext(ctx); err != nil {
-		return err
-	}
-	defer db.writeMu.Unlock()
-	return db.writeLocked(fn)
-}
-
 // writeLocked is write for a caller that holds writeMu. It is the only way
 // oncekv writes: every write transaction goes through it.
 func (db *DB) writeLocked(fn func(w *writeTx) error) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -122,6 +123,64 @@ func (decadeTicks) Ticks(lo, hi float64) []plot.Tick {
 		ts = append(ts, plot.Tick{Value: d, Label: names[int(d)]})
 		for m := 2.0; m < 10 && d+math.Log10(m) <= hi; m++ {
 			ts = append(ts, plot.Tick{Value: d + math.Log10(m)})
+		}
+	}
+	return ts
+}
+
+// queueRow is one cell of the queue suite.
+type queueRow struct {
+	name           string
+	latency        bool // µs, lower is better; else a rate, higher is better
+	oncekv, goqite float64
+}
+
+// queueChart draws oncekv's lead over goqite in each cell of the queue
+// suite: its rate over goqite's, or goqite's latency over its own, so that
+// a bar right of 1 always means oncekv is ahead. The axis is logarithmic
+// (bars are log10 of the lead, ticks labelled as leads), so 0.5x and 2x
+// are the same length.
+func queueChart(rows []queueRow, path string) error {
+	lead := make(plotter.Values, len(rows))
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		// The first cell at the top.
+		j := len(rows) - 1 - i
+		names[j] = r.name
+		if r.latency {
+			lead[j] = math.Log10(r.goqite / r.oncekv)
+		} else {
+			lead[j] = math.Log10(r.oncekv / r.goqite)
+		}
+	}
+	pl := plot.New()
+	pl.Title.Text = "Queue suite, durable: oncekv's lead over goqite (right of 1: oncekv ahead)"
+	pl.X.Label.Text = "oncekv / goqite for rates, goqite / oncekv for latencies (log scale)"
+	pl.X.Tick.Marker = leadTicks{}
+	bars, err := plotter.NewBarChart(lead, vg.Points(16))
+	if err != nil {
+		return err
+	}
+	bars.Horizontal = true
+	bars.Color = plotutil.Color(0)
+	bars.LineStyle.Width = 0
+	pl.Add(bars)
+	pl.NominalY(names...)
+	// At least 0.5x to 2x, and room past the longest bar.
+	pl.X.Min = min(pl.X.Min-0.05, -math.Log10(2))
+	pl.X.Max = max(pl.X.Max+0.05, math.Log10(2))
+	pl.Add(plotter.NewGrid())
+	return pl.Save(9*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// leadTicks labels a log10 axis of ratios.
+type leadTicks struct{}
+
+func (leadTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for _, r := range []float64{0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100} {
+		if v := math.Log10(r); v >= lo && v <= hi {
+			ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(r, 'g', -1, 64) + "x"})
 		}
 	}
 	return ts

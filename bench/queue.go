@@ -32,6 +32,7 @@ type queueConfig struct {
 	deep    int // and for the large side
 	e2e     int // messages of the end-to-end latency cell
 	cells   string
+	out     string // directory for queue.png; none when empty
 }
 
 func parseQueueFlags(args []string) (queueConfig, error) {
@@ -44,6 +45,7 @@ func parseQueueFlags(args []string) (queueConfig, error) {
 	fs.IntVar(&c.deep, "deep", 1000000, "messages queued in the large depth cell")
 	fs.IntVar(&c.e2e, "e2e", 300, "messages of the end-to-end latency cell")
 	fs.StringVar(&c.cells, "cells", "enqueue,batch,receive,e2e,depth", "the cells to run, comma-separated")
+	fs.StringVar(&c.out, "out", "", "directory to write the chart queue.png to (default: no chart)")
 	return c, fs.Parse(args)
 }
 
@@ -201,7 +203,7 @@ var queuePeers = []struct {
 }
 
 // runQueueBench runs every cell for every peer and prints a table.
-func runQueueBench(args []string) error {
+func runQueueBench(args []string) (err error) {
 	c, err := parseQueueFlags(args)
 	if err != nil {
 		return err
@@ -216,6 +218,7 @@ func runQueueBench(args []string) error {
 	body := make([]byte, 256)
 	fmt.Printf("queue suite: %d messages per cell, %d-byte bodies, durable (fsync per commit)\n", c.n, len(body))
 	fmt.Printf("%-34s %14s %14s %8s\n", "cell", "oncekv", "goqite", "oncekv/goqite")
+	var rows []queueRow
 	row := func(cell, name, unit string, f func(p queuePeer, dir string) (float64, error)) error {
 		if !slices.Contains(strings.Split(c.cells, ","), cell) {
 			return nil
@@ -239,8 +242,14 @@ func runQueueBench(args []string) error {
 			vals = append(vals, v)
 		}
 		fmt.Printf("%-34s %10.0f %-3s %10.0f %-3s %7.2fx\n", name, vals[0], unit, vals[1], unit, vals[0]/vals[1])
+		rows = append(rows, queueRow{name: name, latency: unit == "µs", oncekv: vals[0], goqite: vals[1]})
 		return nil
 	}
+	defer func() {
+		if c.out != "" && err == nil && len(rows) > 0 {
+			err = queueChart(rows, filepath.Join(c.out, "queue.png"))
+		}
+	}()
 	for _, w := range []int{1, 8} {
 		if err := row("enqueue", fmt.Sprintf("enqueue, %d producers", w), "/s", func(p queuePeer, _ string) (float64, error) {
 			return parallel(c.n, w, func(i int) error { return p.enqueue(ctx, fmt.Sprint("k", i), body) })

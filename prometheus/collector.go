@@ -7,8 +7,9 @@
 //	if err != nil { ... }
 //	prometheus.MustRegister(c)
 //
-// Every metric is read from one DB.Stats snapshot at scrape time; the
-// collector keeps no counters of its own. The counters start at zero when
+// Every metric is read from one DB.Stats snapshot at scrape time (and one
+// queue.Stats per queue added with AddQueue); the collector keeps no
+// counters of its own. The counters start at zero when
 // the store is opened, so they reset when the process restarts (or reopens
 // the store): Prometheus's rate() and increase() expect exactly that and
 // treat a drop as a reset. Gauges (live marks, file size, ...) describe the
@@ -33,6 +34,7 @@ import (
 	prom "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/queue"
 )
 
 // OtherHandler is the handler label value that sums every handler past
@@ -67,6 +69,8 @@ type Collector struct {
 	// admitted holds the handlers with their own series; at most max of
 	// them, so it is bounded whatever handler names the store sees.
 	admitted map[string]bool
+	// queues are the queues added with AddQueue, each with its own name.
+	queues []*queue.Queue
 }
 
 // New returns a Collector of db's Stats.
@@ -118,6 +122,7 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 		requests[float64(b)] = hist.Requests[i]
 	}
 	ch <- prom.MustNewConstHistogram(requestsPerCommit, hist.MarkCommits, float64(hist.RequestSum), requests)
+	c.collectQueues(ch)
 }
 
 // byLabel maps each handler to its label value and sums the handlers that

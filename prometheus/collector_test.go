@@ -69,13 +69,17 @@ func drive(t *testing.T, db *oncekv.DB) {
 func TestCollectAndLint(t *testing.T) {
 	db, _, _ := openStore(t)
 	drive(t, db)
-	c := newCollector(t, db, nil)
+	requireLintClean(t, newCollector(t, db, nil))
+}
+
+// requireLintClean checks c's metrics with promlint, and with a pedantic
+// registry: Collect sends only what Describe declared, with consistent
+// labels and help.
+func requireLintClean(t *testing.T, c prom.Collector) {
+	t.Helper()
 	problems, err := testutil.CollectAndLint(c)
 	require.NoError(t, err)
 	require.Empty(t, problems)
-
-	// A pedantic registry checks that Collect sends only what Describe
-	// declared, with consistent labels and help.
 	reg := prom.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	_, err = reg.Gather()

@@ -22,10 +22,12 @@ func TestDashboardNamesOnlyExportedMetrics(t *testing.T) {
 	var dash any
 	require.NoError(t, json.Unmarshal(raw, &dash))
 
-	db, _, _ := openStore(t)
+	db, clock, _ := openStore(t)
 	drive(t, db)
+	c := newCollector(t, db, nil)
+	require.NoError(t, c.AddQueue(driveQueue(t, db, clock.Advance, "jobs")))
 	reg := prom.NewRegistry()
-	require.NoError(t, reg.Register(newCollector(t, db, nil)))
+	require.NoError(t, reg.Register(c))
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	exported := map[string]bool{}
@@ -70,7 +72,11 @@ func TestDashboardNamesOnlyExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, must := range []string{"oncekv_apply_total", "oncekv_duplicates_suppressed_total", "oncekv_commit_duration_seconds_bucket",
-		"oncekv_live_marks", "oncekv_db_size_bytes", "oncekv_db_free_bytes"} {
+		"oncekv_live_marks", "oncekv_db_size_bytes", "oncekv_db_free_bytes", "oncekv_clock_jumps_total",
+		"oncekv_queue_ready", "oncekv_queue_in_flight", "oncekv_queue_delayed", "oncekv_queue_dead",
+		"oncekv_queue_oldest_visible_age_seconds", "oncekv_queue_enqueued_total", "oncekv_queue_acked_total",
+		"oncekv_queue_nacked_total", "oncekv_queue_expired_total", "oncekv_queue_dead_lettered_total",
+		"oncekv_queue_redriven_total"} {
 		require.True(t, used[must], "the dashboard shows %s", must)
 	}
 }

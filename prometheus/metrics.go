@@ -87,6 +87,9 @@ var storeMetrics = []storeMetric{
 		func(st *oncekv.Stats) float64 { return float64(st.ExpiredWindows) }),
 	counter("expired_marks_total", "Marks dropped by expiry; a retry of one of their keys is applied again.",
 		func(st *oncekv.Stats) float64 { return float64(st.ExpiredMarks) }),
+	counter("clock_jumps_total", "Forward jumps of the store's clock (Options.Now) over Options.MaxClockJump, each held back until confirmed: "+
+		"a host clock stepping forward. Non-zero is worth a look at NTP.",
+		func(st *oncekv.Stats) float64 { return float64(st.ClockJumps) }),
 	gauge("live_marks", "Marks in the live windows.",
 		func(st *oncekv.Stats) float64 { return float64(st.LiveMarks) }),
 	gauge("oldest_mark_age_seconds", "Age of the oldest live window holding marks; no mark is older. 0 with no marks.",
@@ -135,6 +138,9 @@ var descs = func() []*prom.Desc {
 		all = append(all, m.desc)
 	}
 	for _, m := range storeMetrics {
+		all = append(all, m.desc)
+	}
+	for _, m := range queueMetrics {
 		all = append(all, m.desc)
 	}
 	return append(all, commitDuration, requestsPerCommit)
