@@ -148,7 +148,7 @@ func TestRelayDeadLettersAfterMaxAttempts(t *testing.T) {
 // delivered.
 func TestRelayBudgetHoldsOutageLoad(t *testing.T) {
 	const (
-		n      = 200
+		n      = 100
 		window = 10 * time.Second
 		ratio  = 0.1
 		floor  = 1.0
@@ -169,10 +169,10 @@ func TestRelayBudgetHoldsOutageLoad(t *testing.T) {
 	run := start(r.Run)
 	defer run.stop(t)
 
-	const outage = 60 * time.Second
+	const outage = 40 * time.Second
 	for e.clock.Now().Sub(t0) < outage {
 		e.quiet(t)
-		e.clock.Advance(250 * time.Millisecond)
+		e.clock.Advance(500 * time.Millisecond)
 	}
 	e.quiet(t)
 	rec.mu.Lock()
@@ -287,9 +287,10 @@ func TestRelayRunTwiceIsAnError(t *testing.T) {
 	e := newEnv(t, nil)
 	r := e.relay(t, func(context.Context, *queue.Message) error { return nil }, nil)
 	run := start(r.Run)
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel() // a second Run that does start returns at once
 	require.Eventually(t, func() bool {
-		err := r.Run(context.Background())
-		return errors.Is(err, relay.ErrRunning)
+		return errors.Is(r.Run(stopped), relay.ErrRunning)
 	}, 20*time.Second, time.Millisecond)
 	require.NoError(t, run.stop(t))
 }
