@@ -1,64 +1,13 @@
 package oncetest
 
 import (
-	"sync"
 	"time"
+
+	"github.com/oncekv/oncekv/internal/fakeclock"
 )
 
-// Timers is a fake clock that also makes timers on it, for queue.Options
-// .Timer next to oncekv.Options.Now: Advance fires every timer whose time
-// has come, so a test drives backoffs and leases without sleeping.
-type Timers struct {
-	*Clock
-	mu      sync.Mutex
-	pending []pendingTimer
-}
+// Timers is a fake clock with timers on it; see fakeclock.Timers.
+type Timers = fakeclock.Timers
 
-type pendingTimer struct {
-	at time.Time
-	c  chan time.Time
-}
-
-// NewTimers returns a clock stopped at start, with no timers.
-func NewTimers(start time.Time) *Timers { return &Timers{Clock: NewClock(start)} }
-
-// Timer has the signature of queue.Options.Timer: a channel that receives
-// once the clock has moved d on, and a stop function.
-func (f *Timers) Timer(d time.Duration) (<-chan time.Time, func() bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := make(chan time.Time, 1)
-	f.pending = append(f.pending, pendingTimer{at: f.Now().Add(d), c: c})
-	return c, func() bool { return f.stop(c) }
-}
-
-// stop forgets the timer of c, so that waits that ended early do not pile
-// up while the clock stands still; it reports whether c had not fired.
-func (f *Timers) stop(c chan time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i, p := range f.pending {
-		if p.c == c {
-			f.pending = append(f.pending[:i], f.pending[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
-// Advance moves the clock by d and fires the timers that are due.
-func (f *Timers) Advance(d time.Duration) {
-	f.Clock.Advance(d)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := f.Now()
-	kept := f.pending[:0]
-	for _, p := range f.pending {
-		if p.at.After(now) {
-			kept = append(kept, p)
-			continue
-		}
-		p.c <- now
-	}
-	f.pending = kept
-}
+// NewTimers returns a fake clock stopped at start, with no timers.
+func NewTimers(start time.Time) *Timers { return fakeclock.NewTimers(start) }
