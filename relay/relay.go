@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncekv/oncekv"
@@ -203,38 +204,36 @@ func (r *Relay) deliver(runCtx, sendCtx context.Context, i int, m *queue.Message
 	// stopping: they are short local commits.
 	local := context.WithoutCancel(runCtx)
 	if runCtx.Err() != nil {
-		r.c.released.Add(1)
-		return r.settle(r.q.Defer(local, m, 0))
+		return r.settle(r.q.Defer(local, m, 0), &r.c.released)
 	}
 	if m.Attempt <= 1 {
 		r.opts.Budget.Attempt()
 	} else if !r.opts.Budget.TryRetry() {
-		r.c.budgetExhausted.Add(1)
-		return r.settle(r.q.Defer(local, m, r.retrier.Backoff(m.Attempt-1)))
+		return r.settle(r.q.Defer(local, m, r.retrier.Backoff(m.Attempt-1)), &r.c.budgetExhausted)
 	} else {
 		r.c.retried.Add(1)
 	}
 	err := r.callSend(sendCtx, m)
 	if err == nil {
 		r.c.backoff.Store(0)
-		if err := r.settle(r.q.Ack(local, m)); err != nil {
-			return err
-		}
-		r.c.sent.Add(1)
-		return nil
+		return r.settle(r.q.Ack(local, m), &r.c.sent)
 	}
-	r.c.failed.Add(1)
-	if retry.IsPermanent(err) || oncekv.IsPermanent(err) ||
-		r.policy.MaxAttempts > 0 && m.Attempt >= r.policy.MaxAttempts {
-		r.c.deadLettered.Add(1)
-	} else {
-		d := r.retrier.Ceiling(m.Attempt)
-		if ra, ok := retry.RetryAfter(err); ok {
-			d = max(d, min(ra, r.policy.MaxRetryAfter))
+	dead := retry.IsPermanent(err) || oncekv.IsPermanent(err) ||
+		r.policy.MaxAttempts > 0 && m.Attempt >= r.policy.MaxAttempts
+	nerr := r.q.Nack(local, m, err)
+	if nerr == nil {
+		// Counted once committed, so Stats never runs ahead of the queue.
+		if dead {
+			r.c.deadLettered.Add(1)
+		} else {
+			d := r.retrier.Ceiling(m.Attempt)
+			if ra, ok := retry.RetryAfter(err); ok {
+				d = max(d, min(ra, r.policy.MaxRetryAfter))
+			}
+			r.c.backoff.Store(int64(d))
 		}
-		r.c.backoff.Store(int64(d))
 	}
-	return r.settle(r.q.Nack(local, m, err))
+	return r.settle(nerr, &r.c.failed)
 }
 
 // callSend calls send under Options.SendTimeout.
@@ -247,10 +246,15 @@ func (r *Relay) callSend(ctx context.Context, m *queue.Message) error {
 	return r.send(ctx, m)
 }
 
-// settle counts a lost lease and lets the worker go on: another delivery
-// owns the message now. Any other error stops the relay.
-func (r *Relay) settle(err error) error {
-	if errors.Is(err, oncekv.ErrFenced) {
+// settle counts a committed ack, nack or defer in done, or a lost lease
+// in Stats.Fenced, and lets the worker go on: another delivery owns the
+// message then. Any other error stops the relay.
+func (r *Relay) settle(err error, done *atomic.Uint64) error {
+	switch {
+	case err == nil:
+		done.Add(1)
+		return nil
+	case errors.Is(err, oncekv.ErrFenced):
 		r.c.fenced.Add(1)
 		return nil
 	}

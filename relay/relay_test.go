@@ -285,13 +285,17 @@ func TestRelayGoexitInSendEndsRunsGoroutine(t *testing.T) {
 
 func TestRelayRunTwiceIsAnError(t *testing.T) {
 	e := newEnv(t, nil)
-	r := e.relay(t, func(context.Context, *queue.Message) error { return nil }, nil)
+	e.enqueue(t, "k")
+	entered, release := make(chan struct{}), make(chan struct{})
+	r := e.relay(t, func(context.Context, *queue.Message) error {
+		close(entered)
+		<-release
+		return nil
+	}, nil)
 	run := start(r.Run)
-	stopped, cancel := context.WithCancel(context.Background())
-	cancel() // a second Run that does start returns at once
-	require.Eventually(t, func() bool {
-		return errors.Is(r.Run(stopped), relay.ErrRunning)
-	}, 20*time.Second, time.Millisecond)
+	<-entered
+	require.ErrorIs(t, r.Run(context.Background()), relay.ErrRunning)
+	close(release)
 	require.NoError(t, run.stop(t))
 }
 
