@@ -53,5 +53,10 @@
 // far side then sees both (the key lets it deduplicate; the ack of the
 // older one fails with oncekv.ErrFenced and is counted in Stats.Fenced).
 // A budget is per process; share one Budget among the relays that call the
-// same far side.
+// same far side. Each retry the budget refuses costs one local commit (the
+// Defer), about one per waiting message per backoff draw: the far side is
+// spared, the disk is not. net/http's Transport resends a request that
+// carries an Idempotency-Key once by itself when a reused connection breaks
+// before any answer; that resend is the Transport's, not counted by the
+// budget.
 package relay
