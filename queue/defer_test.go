@@ -55,3 +55,19 @@ func TestDeferBadInputChangesNothing(t *testing.T) {
 	require.NoError(t, e.q.Defer(ctx, m2, 0))
 	require.Equal(t, 2, e.receiveNow(t).Attempt, "the lease that ran out counts, the deferred takeover does not")
 }
+
+func TestStatsOldestAge(t *testing.T) {
+	e := newEnv(t, nil)
+	require.Zero(t, e.stats(t).OldestAge)
+	_, err := e.q.Enqueue(ctx, queue.Message{Key: "a"})
+	require.NoError(t, err)
+	e.time.Advance(time.Minute)
+	_, err = e.q.Enqueue(ctx, queue.Message{Key: "b"})
+	require.NoError(t, err)
+	e.time.Advance(time.Second)
+	require.Equal(t, time.Minute+time.Second, e.stats(t).OldestAge)
+	m := e.receiveNow(t)
+	require.Equal(t, "a", m.Key)
+	require.NoError(t, e.q.Ack(ctx, m))
+	require.Equal(t, time.Second, e.stats(t).OldestAge)
+}

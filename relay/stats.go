@@ -23,7 +23,9 @@ type Stats struct {
 	// failure, and again after the next success.
 	Backoff time.Duration
 	// OldestPendingAge is a gauge: how long ago the oldest message the
-	// workers hold now was first enqueued, zero when they hold none.
+	// workers hold now was first enqueued, zero when they hold none. How
+	// far behind the whole outbox is, waiting messages included, is the
+	// queue's Stats().OldestAge.
 	OldestPendingAge time.Duration
 	// Budget is the retry budget's own stats.
 	Budget retry.BudgetStats
