@@ -163,3 +163,20 @@ func (r *recorder) count(key string) int {
 	defer r.mu.Unlock()
 	return r.per[key]
 }
+
+// blocker is a Sender for one message that holds it until release is
+// closed, then returns its context's error (nil while the grace period
+// lasts).
+type blocker struct {
+	entered, release chan struct{}
+}
+
+func newBlocker() *blocker {
+	return &blocker{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (b *blocker) send(ctx context.Context, _ *queue.Message) error {
+	close(b.entered)
+	<-b.release
+	return ctx.Err()
+}

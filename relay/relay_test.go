@@ -207,17 +207,12 @@ func TestRelayBudgetHoldsOutageLoad(t *testing.T) {
 func TestRelayStopLetsInFlightSendFinish(t *testing.T) {
 	e := newEnv(t, nil)
 	e.enqueue(t, "k")
-	entered, release := make(chan struct{}), make(chan struct{})
-	send := func(ctx context.Context, m *queue.Message) error {
-		close(entered)
-		<-release
-		return ctx.Err() // nil: the grace period has not run out
-	}
-	r := e.relay(t, send, &relay.Options{Grace: time.Minute})
+	b := newBlocker()
+	r := e.relay(t, b.send, &relay.Options{Grace: time.Minute})
 	run := start(r.Run)
-	<-entered
+	<-b.entered
 	run.cancel()
-	close(release)
+	close(b.release)
 	require.NoError(t, run.stop(t))
 	require.EqualValues(t, 1, r.Stats().Sent)
 	require.Zero(t, e.stats(t).Depth)
@@ -286,34 +281,26 @@ func TestRelayGoexitInSendEndsRunsGoroutine(t *testing.T) {
 func TestRelayRunTwiceIsAnError(t *testing.T) {
 	e := newEnv(t, nil)
 	e.enqueue(t, "k")
-	entered, release := make(chan struct{}), make(chan struct{})
-	r := e.relay(t, func(context.Context, *queue.Message) error {
-		close(entered)
-		<-release
-		return nil
-	}, nil)
+	b := newBlocker()
+	r := e.relay(t, b.send, nil)
 	run := start(r.Run)
-	<-entered
+	<-b.entered
 	require.ErrorIs(t, r.Run(context.Background()), relay.ErrRunning)
-	close(release)
+	close(b.release)
 	require.NoError(t, run.stop(t))
 }
 
 func TestRelayStatsAgesAndSub(t *testing.T) {
 	e := newEnv(t, nil)
 	e.enqueue(t, "k")
-	entered, release := make(chan struct{}), make(chan struct{})
-	r := e.relay(t, func(context.Context, *queue.Message) error {
-		close(entered)
-		<-release
-		return nil
-	}, nil)
+	b := newBlocker()
+	r := e.relay(t, b.send, nil)
 	before := r.Stats()
 	run := start(r.Run)
-	<-entered
+	<-b.entered
 	e.clock.Advance(5 * time.Second)
 	require.Equal(t, 5*time.Second, r.Stats().OldestPendingAge)
-	close(release)
+	close(b.release)
 	require.Eventually(t, func() bool { return r.Stats().Sent == 1 }, 20*time.Second, time.Millisecond)
 	require.NoError(t, run.stop(t))
 	d := r.Stats().Sub(before)
