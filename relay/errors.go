@@ -17,7 +17,7 @@ var (
 	// make a request.
 	ErrInvalidSender = errors.New("oncekv: relay: invalid HTTP sender")
 	// ErrInvalidKey: a message key that cannot travel in an HTTP header
-	// (a control character). HTTPSender returns it wrapped as permanent,
+	// as it is (a control character, spaces at its ends). HTTPSender returns it wrapped as permanent,
 	// so the message is dead-lettered instead of retried forever.
 	ErrInvalidKey = errors.New("oncekv: relay: key not valid in an HTTP header")
 )

@@ -48,15 +48,15 @@ type HTTPOptions struct {
 }
 
 // HTTPSender returns a Sender that sends each message as one request:
-// method to url on client (nil: http.DefaultClient), the body being the
+// method (empty: POST) to url on client (nil: http.DefaultClient), the body being the
 // message's body, the message's Key in the Idempotency-Key header (the
 // same on every retry and redrive, never the token), and the delivery's
 // fencing token in Oncekv-Fence. The response is classified by
 // retry.HTTPStatus: 2xx is done; 408, 409 (the far side is still working
 // on the key), 429 and 5xx are retried, not before their Retry-After; 400,
 // 422 and every other status are permanent (dead letter). Network errors
-// are retried. A key with a control character cannot be sent and is a
-// permanent ErrInvalidKey.
+// are retried. A key that cannot travel as it is (a control character,
+// spaces at its ends) is a permanent ErrInvalidKey, sent to nobody.
 //
 // Errors: ErrInvalidSender when method or url cannot make a request.
 func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (Sender, error) {
