@@ -221,15 +221,16 @@ func agent(t *testing.T, path, url string, from, to int) *exec.Cmd {
 	return cmd
 }
 
-// finish waits for a child that must drain its outbox and exit 0.
-func finish(t *testing.T, cmd *exec.Cmd) {
+// finish waits up to limit for a child that must drain its outbox and
+// exit 0.
+func finish(t *testing.T, cmd *exec.Cmd, limit time.Duration) {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() { errc <- cmd.Wait() }()
 	select {
 	case err := <-errc:
 		require.NoError(t, err, "the agent must drain its outbox with no dead letter")
-	case <-time.After(2 * time.Minute):
+	case <-time.After(limit):
 		_ = cmd.Process.Kill()
 		require.FailNow(t, "the agent did not drain its outbox")
 	}
@@ -241,9 +242,11 @@ func finish(t *testing.T, cmd *exec.Cmd) {
 // server's Retry-After; and under a full outage the retries stay within
 // the budget. EDGE_AGENT_SOAK=1 runs it ten times longer.
 func TestChaosEveryReadingAppliedOnce(t *testing.T) {
-	readings, kills, outageReadings := 200, 15, 100
+	readings, kills, outageReadings, limit := 200, 15, 100, 2*time.Minute
 	if os.Getenv("EDGE_AGENT_SOAK") != "" {
-		readings, kills, outageReadings = 2000, 150, 1000
+		// Draining takes longer too: past the first attempts, retries
+		// come at the budget's floor.
+		readings, kills, outageReadings, limit = 2000, 150, 1000, 20*time.Minute
 	}
 	dir := t.TempDir()
 	sdb, err := oncekv.Open(filepath.Join(dir, "server.db"), &oncekv.Options{NoSync: true})
@@ -266,7 +269,7 @@ func TestChaosEveryReadingAppliedOnce(t *testing.T) {
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		_ = cmd.Wait()
 	}
-	finish(t, agent(t, path, hs.URL, 0, readings))
+	finish(t, agent(t, path, hs.URL, 0, readings), limit)
 
 	// Phase 2: a full outage while a new batch arrives, then recovery.
 	ch.setOutage(true)
@@ -274,7 +277,7 @@ func TestChaosEveryReadingAppliedOnce(t *testing.T) {
 	const outage = 4 * time.Second
 	time.Sleep(outage) // the outage's length on the server's side
 	ch.setOutage(false)
-	finish(t, cmd)
+	finish(t, cmd, limit)
 
 	applied, err := srv.Applied()
 	require.NoError(t, err)
