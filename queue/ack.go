@@ -158,3 +158,25 @@ func (t *tx) bury(id uint64, r *record) error {
 	t.q.countOnCommit(t.otx, &t.q.counters.deadLettered)
 	return t.put(t.dead, id, r)
 }
+
+// Defer gives m back unsent, visible again after d, without counting its
+// delivery: the next delivery has m's Attempt again, so a message held
+// back (by a relay's retry budget, say) does not move toward MaxAttempts
+// nor the dead letters. LastError is kept. Use it only when the attempt
+// was not made; a failed attempt is a Nack. Errors: ErrInvalidDuration
+// for a negative d; an error matching oncekv.ErrFenced (nothing changed)
+// when the lease was taken over; ctx's error; ErrQueueClosed.
+func (q *Queue) Defer(ctx context.Context, m *Message, d time.Duration) error {
+	if d < 0 {
+		return q.wrap("defer", m, fmt.Errorf("%w: delay %v is negative", ErrInvalidDuration, d))
+	}
+	return q.update(ctx, "defer", m, func(otx *oncekv.Tx) error {
+		return q.held(otx, m, func(t *tx, r *record) error {
+			// Receive counted this delivery; it never reached anyone.
+			r.Attempt = max(r.Attempt-1, 0)
+			r.LeaseUntil = 0
+			otx.OnCommit(q.wakeAll)
+			return t.setVisible(m.ID, r, t.now+int64(d), false)
+		})
+	})
+}

@@ -28,8 +28,9 @@ var (
 	ErrFull = errors.New("oncekv: queue: full")
 	// ErrNotFound: no dead letter has that ID.
 	ErrNotFound = errors.New("oncekv: queue: no such message")
-	// ErrInvalidDuration: Extend was given a lease that is not positive.
-	ErrInvalidDuration = errors.New("oncekv: queue: lease must be positive")
+	// ErrInvalidDuration: Extend was given a lease that is not positive, or
+	// Defer a negative delay.
+	ErrInvalidDuration = errors.New("oncekv: queue: invalid duration")
 	// ErrNoMessage: a nil *Message was given to Ack, Nack or Extend.
 	ErrNoMessage = errors.New("oncekv: queue: nil message")
 	// ErrQueueClosed: the Queue was closed.

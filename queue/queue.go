@@ -211,6 +211,11 @@ func checkName(name string) error {
 	return nil
 }
 
+// Policy returns the queue's retry policy, defaults filled in: the backoff,
+// Retry-After cap and MaxAttempts that Nack applies. A relay reads it so
+// that its own waits follow the same rules.
+func (q *Queue) Policy() retry.Policy { return q.retrier.Policy() }
+
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 

@@ -19,6 +19,10 @@ type Stats struct {
 	// OldestVisibleAge is how long the oldest visible message has been
 	// visible; zero when none is.
 	OldestVisibleAge time.Duration
+	// OldestAge is how long ago the live message with the lowest ID (the
+	// first enqueued of those still waiting or in flight) was enqueued:
+	// how far behind a relay is. Zero when the queue is empty.
+	OldestAge time.Duration
 
 	Enqueued     uint64 // messages added
 	Duplicates   uint64 // enqueues answered by an earlier message's ID
@@ -58,6 +62,18 @@ func (q *Queue) Stats() (Stats, error) {
 		held := t.counter("count")
 		s.Dead = t.counter("dead")
 		s.Depth = held - s.Dead
+		msgs := otx.Bucket(q.b.msgs)
+		if k, v := msgs.Cursor().First(); k != nil {
+			id, err := parseID(k)
+			if err != nil {
+				return err
+			}
+			r, err := t.decode(msgs, id, v)
+			if err != nil {
+				return err
+			}
+			s.OldestAge = time.Duration(max(now-r.EnqueuedAt, 0))
+		}
 		err := otx.Bucket(q.b.index).ForEach(func(k, v []byte) error {
 			at, _, err := parseIndexKey(k)
 			if err != nil {

@@ -116,7 +116,7 @@ func (d *demo) step() int {
 }
 
 func (d *demo) run() (err error) {
-	steps := []func() error{d.open, d.retryStorm, d.keyReuse, d.effectErrors, d.reopen, d.windowStory, d.fencingStories, d.queueStory, d.summary}
+	steps := []func() error{d.open, d.retryStorm, d.keyReuse, d.effectErrors, d.reopen, d.windowStory, d.fencingStories, d.queueStory, d.outboxStory, d.summary}
 	defer func() {
 		if d.db != nil {
 			if cerr := d.db.Close(); err == nil {

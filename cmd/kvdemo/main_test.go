@@ -39,6 +39,9 @@ func TestDemo(t *testing.T) {
 	require.NotContains(t, out, "MISMATCH")
 	require.Contains(t, out, "(new file)")
 	require.Less(t, strings.Count(out, "\n"), 80, "the demo should stay short")
+	require.Contains(t, out, "20 first attempts")
+	require.Contains(t, out, "20 orders delivered, each applied once by the receiver  OK")
+	require.Contains(t, out, "redriven with its key, applied 1 time(s)  OK")
 
 	// Step 2: the retry storm applied each deposit once.
 	requireLine(t, out, `deliveries received\s+24$`)

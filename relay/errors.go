@@ -1,0 +1,23 @@
+package relay
+
+import "errors"
+
+// Errors of the relay. Nothing is changed when one of the bad-input errors
+// is returned.
+var (
+	// ErrInvalidOptions: New was given Options that cannot work; the
+	// message lists every bad field.
+	ErrInvalidOptions = errors.New("oncekv: relay: invalid options")
+	// ErrNilArgument: New was given a nil queue or send function.
+	ErrNilArgument = errors.New("oncekv: relay: nil argument")
+	// ErrRunning: Run was called while an earlier Run of the same Relay
+	// had not returned; two would count into one set of stats.
+	ErrRunning = errors.New("oncekv: relay: already running")
+	// ErrInvalidSender: HTTPSender was given a method or URL that cannot
+	// make a request.
+	ErrInvalidSender = errors.New("oncekv: relay: invalid HTTP sender")
+	// ErrInvalidKey: a message key that cannot travel in an HTTP header
+	// as it is (a control character, spaces at its ends). HTTPSender returns it wrapped as permanent,
+	// so the message is dead-lettered instead of retried forever.
+	ErrInvalidKey = errors.New("oncekv: relay: key not valid in an HTTP header")
+)

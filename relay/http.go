@@ -1,0 +1,145 @@
+package relay
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/oncekv/oncekv/queue"
+	"github.com/oncekv/oncekv/retry"
+)
+
+// Headers HTTPSender sets by default.
+const (
+	// DefaultKeyHeader carries the message's idempotency key (the IETF
+	// draft's header, which idemhttp reads).
+	DefaultKeyHeader = "Idempotency-Key"
+	// DefaultFenceHeader carries the delivery's fencing token, in decimal.
+	DefaultFenceHeader = "Oncekv-Fence"
+)
+
+// maxDrain bounds how much of a response body HTTPSender reads so that the
+// connection can be reused; a longer body costs a new connection, not
+// memory.
+const maxDrain = 64 << 10
+
+// HTTPOptions configures HTTPSender. nil means every default; a zero field
+// takes its default.
+type HTTPOptions struct {
+	// Header is added to every request (authorization, Content-Type).
+	// Default: Content-Type application/octet-stream only. It is copied
+	// once, when HTTPSender is called.
+	Header http.Header
+	// KeyHeader names the header of the idempotency key. Default
+	// DefaultKeyHeader.
+	KeyHeader string
+	// FenceHeader names the header of the fencing token. Default
+	// DefaultFenceHeader.
+	FenceHeader string
+	// Now is the clock a Retry-After date is read against. Default
+	// time.Now.
+	Now func() time.Time
+}
+
+// HTTPSender returns a Sender that sends each message as one request:
+// method (empty: POST) to url on client (nil: http.DefaultClient), the body being the
+// message's body, the message's Key in the Idempotency-Key header (the
+// same on every retry and redrive, never the token), and the delivery's
+// fencing token in Oncekv-Fence. The response is classified by
+// retry.HTTPStatus: 2xx is done; 408, 409 (the far side is still working
+// on the key), 429 and 5xx are retried, not before their Retry-After; 400,
+// 422 and every other status are permanent (dead letter). Network errors
+// are retried. A key that cannot travel as it is (a control character,
+// spaces at its ends) is a permanent ErrInvalidKey, sent to nobody.
+//
+// Errors: ErrInvalidSender when method or url cannot make a request.
+func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (Sender, error) {
+	var o HTTPOptions
+	if opts != nil {
+		o = *opts
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	if method == "" {
+		method = http.MethodPost
+	}
+	if !validToken(method) {
+		return nil, fmt.Errorf("%w: method %q", ErrInvalidSender, method)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: url %q must be absolute http or https", ErrInvalidSender, rawURL)
+	}
+	o.KeyHeader = http.CanonicalHeaderKey(cmp.Or(o.KeyHeader, DefaultKeyHeader))
+	o.FenceHeader = http.CanonicalHeaderKey(cmp.Or(o.FenceHeader, DefaultFenceHeader))
+	if !validToken(o.KeyHeader) || !validToken(o.FenceHeader) || o.KeyHeader == o.FenceHeader {
+		return nil, fmt.Errorf("%w: header names %q and %q", ErrInvalidSender, o.KeyHeader, o.FenceHeader)
+	}
+	header := o.Header.Clone()
+	if header == nil {
+		header = http.Header{}
+	}
+	if header.Get("Content-Type") == "" {
+		header.Set("Content-Type", "application/octet-stream")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return func(ctx context.Context, m *queue.Message) error {
+		if !validValue(m.Key) {
+			return retry.Permanent(fmt.Errorf("%w: %q", ErrInvalidKey, m.Key))
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(m.Body))
+		if err != nil {
+			return retry.Permanent(fmt.Errorf("%w: %w", ErrInvalidSender, err))
+		}
+		req.Header = header.Clone()
+		req.Header.Set(o.KeyHeader, m.Key)
+		req.Header.Set(o.FenceHeader, strconv.FormatUint(m.Token, 10))
+		resp, err := client.Do(req)
+		if err != nil {
+			return err // transient: the request may or may not have arrived
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+		return retry.HTTPStatus(resp.StatusCode, resp.Header, o.Now())
+	}, nil
+}
+
+// validToken reports whether s is an RFC 9110 token (a method or a header
+// name).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c != 0 && c < 0x7f && bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validValue reports whether s can be a header value as it is: no control
+// characters, and no spaces at its ends (which a server would trim, so
+// the far side would see another key).
+func validValue(s string) bool {
+	if s == "" || s[0] == ' ' || s[0] == '\t' || s[len(s)-1] == ' ' || s[len(s)-1] == '\t' {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
