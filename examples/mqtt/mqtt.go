@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
@@ -148,7 +147,7 @@ func ackable(err error) bool {
 // Record applies a reading in the publisher's own store (deduplicating the
 // sensor's input by its key) and, in the same transaction, enqueues it in
 // the outbox q: the reading is recorded and queued for publishing, or
-// neither. Deliver (or relay.Run) publishes it later.
+// neither. relay.Run with Sender publishes it later.
 func Record(ctx context.Context, db *oncekv.DB, q *queue.Queue, handler string, r reading.Reading) (oncekv.Result, error) {
 	body := reading.Encode(r)
 	return db.Apply(ctx, reading.Request(handler, body, r), func(tx *oncekv.Tx) ([]byte, error) {
@@ -157,7 +156,7 @@ func Record(ctx context.Context, db *oncekv.DB, q *queue.Queue, handler string, 
 	})
 }
 
-// Sender returns the outbox's send function: it publishes the message's
+// Sender returns the outbox's send function, for relay.Run: it publishes the message's
 // body at QoS 1 to topic and returns when the broker's PUBACK came (nil),
 // the publish failed, or ctx ended. A message whose PUBACK was lost is
 // published again on the next attempt: at least once, and the consumer's
@@ -168,34 +167,6 @@ func Sender(c paho.Client, topic string) func(ctx context.Context, m *queue.Mess
 			return fmt.Errorf("oncekv: mqtt: publish %q to %q: %w", m.Key, topic, err)
 		}
 		return nil
-	}
-}
-
-// Deliver moves the outbox q to the broker through send until ctx ends:
-// receive a message, send it, ack it; a failed send is nacked, so the
-// queue makes it visible again after its retry backoff (or dead-letters
-// it, after MaxAttempts or a permanent error). A crash between the send
-// and the ack sends the message again after its lease: at least once.
-func Deliver(ctx context.Context, q *queue.Queue, send func(ctx context.Context, m *queue.Message) error) error {
-	for {
-		m, err := q.Receive(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if err := send(ctx, m); err != nil {
-			// A failed nack (ctx ended, the lease taken over) leaves the
-			// message to come back when its lease ends.
-			if nerr := q.Nack(ctx, m, err); nerr != nil && ctx.Err() == nil {
-				slog.Warn("oncekv: mqtt: nack", "key", m.Key, "err", nerr)
-			}
-			continue
-		}
-		if err := q.Ack(ctx, m); err != nil && ctx.Err() == nil && !errors.Is(err, oncekv.ErrFenced) {
-			return err
-		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/oncekv/oncekv/examples/internal/reading"
 	"github.com/oncekv/oncekv/examples/mqtt"
 	"github.com/oncekv/oncekv/queue"
+	"github.com/oncekv/oncekv/relay"
 	"github.com/oncekv/oncekv/retry"
 )
 
@@ -95,7 +96,7 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	send := mqtt.Sender(pc, cfg.Topic)
 	ctx, cancel := context.WithCancel(context.Background())
 	delivered := make(chan error, 1)
-	go func() { delivered <- mqtt.Deliver(ctx, q, send) }()
+	go func() { delivered <- relay.Run(ctx, q, send, nil) }()
 
 	run.KillRepeatedly(child, cfg)
 	resent := 0
