@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncekv/oncekv/bucket"
 	"github.com/oncekv/oncekv/fence"
+	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Errors returned by Apply, ApplyBatch and Claim for a request. They come
@@ -42,12 +43,12 @@ var (
 	// MaxFingerprintSize.
 	ErrInvalidFingerprint = errors.New("oncekv: invalid fingerprint")
 	// ErrKeyRequired: a key was empty.
-	ErrKeyRequired = bucket.ErrKeyRequired
+	ErrKeyRequired = base.ErrKeyRequired
 	// ErrKeyTooLarge: a key, or a request's handler and key together, do not
 	// fit in bbolt's 32768-byte key limit.
-	ErrKeyTooLarge = bucket.ErrKeyTooLarge
+	ErrKeyTooLarge = base.ErrKeyTooLarge
 	// ErrValueTooLarge: a value exceeds bbolt's value limit.
-	ErrValueTooLarge = bucket.ErrValueTooLarge
+	ErrValueTooLarge = base.ErrValueTooLarge
 	// ErrResponseTooLarge: an effect's response, or a permanent error's
 	// message, is larger than a mark can hold (MaxResponseSize). The
 	// message names both sizes. The request's effect is rolled back and
@@ -55,7 +56,7 @@ var (
 	// are not affected.
 	ErrResponseTooLarge = errors.New("oncekv: response too large for a mark")
 	// ErrBucketNameRequired: a bucket name was empty.
-	ErrBucketNameRequired = bucket.ErrBucketNameRequired
+	ErrBucketNameRequired = base.ErrBucketNameRequired
 	// ErrInvalidOptions: Options failed validation; the error lists every
 	// field that was wrong.
 	ErrInvalidOptions = errors.New("oncekv: invalid options")
@@ -64,12 +65,12 @@ var (
 // Errors about the transaction in use.
 var (
 	// ErrTxNotWritable: a write in a View transaction.
-	ErrTxNotWritable = bucket.ErrTxNotWritable
+	ErrTxNotWritable = base.ErrTxNotWritable
 	// ErrTxClosed: a Tx, Bucket or Cursor was used after its function
 	// returned.
-	ErrTxClosed = bucket.ErrTxClosed
+	ErrTxClosed = base.ErrTxClosed
 	// ErrIncompatibleValue: a bucket operation met a value of the wrong kind.
-	ErrIncompatibleValue = bucket.ErrIncompatibleValue
+	ErrIncompatibleValue = base.ErrIncompatibleValue
 )
 
 // Errors about the database and its file.
@@ -84,11 +85,11 @@ var (
 	// was changed.
 	ErrReadOnly = errors.New("oncekv: database opened read-only")
 	// ErrNotOncekv: the file is not an oncekv database.
-	ErrNotOncekv = bucket.ErrNotOncekv
+	ErrNotOncekv = layout.ErrNotOncekv
 	// ErrCorrupt: the file or one of its records failed validation.
-	ErrCorrupt = bucket.ErrCorrupt
+	ErrCorrupt = base.ErrCorrupt
 	// ErrFormatVersion: the file was written by a newer format.
-	ErrFormatVersion = bucket.ErrFormatVersion
+	ErrFormatVersion = base.ErrFormatVersion
 	// ErrInvalidWindow is ErrInvalidOptions, under the name it had when
 	// the window fields (Retention, WindowSpan) were reported apart. One
 	// condition, one error: the name stays so code that tests for it
@@ -120,9 +121,16 @@ var (
 	ErrNoSpace = errors.New("oncekv: no space left on device")
 )
 
-// RecordError is a system record that failed to decode; it names the bucket
-// and key and matches ErrCorrupt.
-type RecordError = bucket.RecordError
+// RecordError is a system record (a mark, a fence, a metadata record) that
+// failed to decode. Its fields are
+//
+//	Bucket string // the system bucket holding the record, e.g. "oncekv.meta"
+//	Key    string // the record's key in that bucket
+//	Err    error  // what was wrong
+//
+// errors.Is matches it with both ErrCorrupt and Err. Get one with
+// errors.As(err, new(*oncekv.RecordError)).
+type RecordError = base.RecordError
 
 // RequestError wraps an error about one request with its handler and key,
 // so the message says which operation failed. errors.Is sees through it.
@@ -135,7 +143,7 @@ type RequestError struct {
 
 // Error implements error.
 func (e *RequestError) Error() string {
-	return fmt.Sprintf("oncekv: %s handler %q key %q: %s", e.Op, bucket.Clip(e.Handler), bucket.Clip(e.Key), trimPrefix(e.Err))
+	return fmt.Sprintf("oncekv: %s handler %q key %q: %s", e.Op, base.Clip(e.Handler), base.Clip(e.Key), trimPrefix(e.Err))
 }
 
 // Unwrap returns the cause.
@@ -295,10 +303,28 @@ var (
 
 // FenceError is a fenced write refused with ErrFenced: the key carries
 // Stored, and the write presented Presented, which is not greater. A claim
-// taken over by a newer one gets one too, with the tokens.
+// taken over by a newer one gets one too, with the tokens. It is package
+// fence's [fence.Error]:
+//
+//	type FenceError struct {
+//		Stored    uint64 // the fence the key (or the claim's mark) carries
+//		Presented uint64 // the fence the refused write presented
+//	}
+//
+// errors.Is(err, ErrFenced) matches it; errors.As(err, new(*FenceError))
+// gets the numbers. Give up on the write: a newer writer owns the key.
 type FenceError = fence.Error
 
-// VersionError is a compare-and-set refused with ErrVersionConflict.
+// VersionError is a compare-and-set ([Bucket.PutIfVersion]) refused with
+// ErrVersionConflict. It is package fence's [fence.VersionError]:
+//
+//	type VersionError struct {
+//		Stored    uint64 // the key's version now
+//		Presented uint64 // the version the write expected
+//	}
+//
+// errors.Is(err, ErrVersionConflict) matches it. Read the key again (its
+// value and Version) and retry.
 type VersionError = fence.VersionError
 
 // Errors of claims (DB.Claim and the methods of Claim). Those about one

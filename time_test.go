@@ -20,7 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -148,11 +148,11 @@ func makeLegacy(t *testing.T, path string) {
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucket.MetaRoot)
+		meta := tx.Bucket(layout.MetaRoot)
 		if err := meta.Delete([]byte("windows")); err != nil {
 			return err
 		}
-		return meta.Put([]byte("format"), bucket.Format{Magic: bucket.FormatMagic, Version: 1, CreatedUnixNano: 1}.Marshal())
+		return meta.Put([]byte("format"), layout.Format{Magic: layout.FormatMagic, Version: 1, CreatedUnixNano: 1}.Marshal())
 	}))
 }
 

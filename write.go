@@ -11,7 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/bloom"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // writeTx is one of oncekv's write transactions, with what it changed in the
@@ -257,7 +257,7 @@ func (db *DB) crashAt(p crashPoint) {
 }
 
 // putMark writes the mark of mkey in the given window.
-func (w *writeTx) putMark(window int64, mkey []byte, m *bucket.Mark) error {
+func (w *writeTx) putMark(window int64, mkey []byte, m *layout.Mark) error {
 	db := w.db
 	if window < db.windows.Floor() {
 		return fmt.Errorf("oncekv: write mark: window %v has expired", time.Unix(0, window).UTC())
@@ -271,7 +271,7 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *bucket.Mark) error {
 		}
 		w.opened[window] = true
 	}
-	fresh, err := bucket.PutMark(w.btx, window, mkey, m)
+	fresh, err := layout.PutMark(w.btx, window, mkey, m)
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,7 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *bucket.Mark) error {
 // deleteMark deletes the mark of mkey from window, if there is one; the
 // window's mark count follows once the transaction has committed.
 func (w *writeTx) deleteMark(window int64, mkey []byte) error {
-	deleted, err := bucket.DeleteMark(w.btx, window, mkey)
+	deleted, err := layout.DeleteMark(w.btx, window, mkey)
 	if err != nil {
 		return err
 	}
