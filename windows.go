@@ -234,7 +234,7 @@ func (db *DB) learnLocked(marked []markedKey) {
 		}
 		w.Marks.Add(1)
 		if w.Filter != nil {
-			w.Filter.Add(bloom.Sum64(m.mkey))
+			w.Filter.Add(m.hash)
 		}
 	}
 }

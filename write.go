@@ -117,9 +117,10 @@ func (l writeLock) Unlock() { <-l }
 type markedKey struct {
 	window     int64
 	mkey       []byte
-	fresh      bool  // a new mark, not a rewrite of one
-	removed    bool  // moved out of window (see rewriteMark)
-	leaseUntil int64 // a new latest lease end of window, recorded; else 0
+	hash       uint64 // bloom.Sum64(mkey), hashed once when the mark is written
+	fresh      bool   // a new mark, not a rewrite of one
+	removed    bool   // moved out of window (see rewriteMark)
+	leaseUntil int64  // a new latest lease end of window, recorded; else 0
 }
 
 // write runs fn in a write transaction and commits it if fn returns nil.
@@ -275,11 +276,12 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *layout.Mark) error {
 	if err != nil {
 		return err
 	}
-	w.marked = append(w.marked, markedKey{window: window, mkey: mkey, fresh: fresh})
+	h := bloom.Sum64(mkey)
+	w.marked = append(w.marked, markedKey{window: window, mkey: mkey, hash: h, fresh: fresh})
 	if w.written == nil {
 		w.written = map[uint64]struct{}{}
 	}
-	w.written[bloom.Sum64(mkey)] = struct{}{}
+	w.written[h] = struct{}{}
 	return nil
 }
 

@@ -36,9 +36,6 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
-// Final reports whether the state never changes again.
-func (s State) Final() bool { return s == Done || s == Failed }
-
 // HashSize is the size of the SHA-256 payload hash stored in a mark.
 const HashSize = 32
 
