@@ -562,6 +562,13 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 		case r.permanent:
 			o.failWith, o.failMsg = r.err, r.msg
 			return true
+		case r.err != nil && o.ctx.Err() != nil:
+			// The context ended during the effect: whatever the effect
+			// made of it, the request was aborted (Stats.Aborted), and the
+			// caller gets the effect's own error.
+			o.fail(outcomeAborted, r.err)
+			o.settled = true
+			return true
 		case r.err != nil:
 			o.fail(outcomeEffectError, r.err)
 			o.settled = true
