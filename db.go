@@ -239,7 +239,7 @@ func fileSpan(b *bolt.DB, asked time.Duration, readOnly bool) (time.Duration, er
 	case legacy && readOnly:
 		return time.Duration(want), nil // recorded by the next writable open
 	case legacy:
-		return time.Duration(want), b.Update(func(tx *bolt.Tx) error { return layout.UpgradeSpan(tx, want) })
+		return time.Duration(want), b.Update(func(tx *bolt.Tx) error { return layout.Upgrade(tx, want) })
 	case asked != 0 && int64(asked) != stored:
 		return 0, fmt.Errorf("%w: WindowSpan = %v: this file's windows are %v; open with WindowSpan %v, or 0 to use the file's",
 			ErrInvalidOptions, asked, time.Duration(stored), time.Duration(stored))

@@ -58,7 +58,8 @@ var (
 	UserPrefix   = base.UserPrefix
 )
 
-// systemRoots lists the root buckets a well-formed oncekv file always has.
+// systemRoots lists the root buckets Init creates and Check requires. The
+// leases bucket is not one: it is created by the first claim that needs it.
 var systemRoots = [][]byte{MetaRoot, FencesRoot, FiltersRoot}
 
 // formatKey is the key of the format record inside MetaRoot.
@@ -166,7 +167,9 @@ func Init(tx *bolt.Tx, createdUnixNano, span int64) (created bool, err error) {
 }
 
 // Check verifies that an existing file is an oncekv file of a format this
-// code reads.
+// code reads, holding every system bucket its format version promises:
+// version 2 files have all of systemRoots from their creation; version 1
+// files may lack FiltersRoot, which [Upgrade] creates.
 func Check(tx *bolt.Tx) error {
 	meta := tx.Bucket(MetaRoot)
 	if meta == nil {
@@ -186,8 +189,8 @@ func Check(tx *bolt.Tx) error {
 	if f.Version > FormatVersion {
 		return fmt.Errorf("%w: file format %d, this build reads up to %d", base.ErrFormatVersion, f.Version, FormatVersion)
 	}
-	for _, name := range [][]byte{MetaRoot, FencesRoot} {
-		if tx.Bucket(name) == nil {
+	for _, name := range systemRoots {
+		if tx.Bucket(name) == nil && (f.Version > legacyFormat || !bytes.Equal(name, FiltersRoot)) {
 			return fmt.Errorf("%w: system bucket %q is missing", base.ErrCorrupt, name)
 		}
 	}

@@ -108,7 +108,7 @@ func unsealInt64(raw []byte) (v int64, err error) {
 
 // ReadSpan returns the window span the file's windows were made with, in
 // nanoseconds. A file of the legacy format, written before the span was
-// stored, reports legacy and a zero span: see [UpgradeSpan].
+// stored, reports legacy and a zero span: see [Upgrade].
 func ReadSpan(tx *bolt.Tx) (span int64, legacy bool, err error) {
 	meta := tx.Bucket(MetaRoot)
 	if meta == nil {
@@ -132,14 +132,18 @@ func ReadSpan(tx *bolt.Tx) (span int64, legacy bool, err error) {
 	return w.Span, false, nil
 }
 
-// UpgradeSpan records span as the window span of a legacy file and moves
-// the file to the current format, so that older builds, which would ignore
-// the stored span, refuse it.
-func UpgradeSpan(tx *bolt.Tx, span int64) error {
+// Upgrade moves a legacy (version 1) file to the current format: it records
+// span as the file's window span, creates the filters bucket if the file
+// lacks it, and writes the new format version, so that older builds, which
+// would ignore the stored span, refuse the file.
+func Upgrade(tx *bolt.Tx, span int64) error {
 	meta := tx.Bucket(MetaRoot)
 	var f Format
 	if err := f.Unmarshal(meta.Get(formatKey)); err != nil {
 		return &base.RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+	}
+	if _, err := tx.CreateBucketIfNotExists(FiltersRoot); err != nil {
+		return base.MapBoltErr(err)
 	}
 	f.Version = FormatVersion
 	if err := meta.Put(windowsKey, Windows{Span: span}.Marshal()); err != nil {
@@ -157,14 +161,14 @@ func filterKey(start int64) []byte {
 	return binary.BigEndian.AppendUint64(nil, uint64(start)^(1<<63))
 }
 
-// filters returns the filters bucket, creating it in a writable
-// transaction: files created before it existed lack it.
+// filters returns the filters bucket. Every file a writable DB has open has
+// one (Init creates it, Upgrade adds it to a version 1 file, Check
+// requires it of a version 2 one), so its absence is corruption.
 func filters(tx *bolt.Tx) (*bolt.Bucket, error) {
-	if b := tx.Bucket(FiltersRoot); b != nil || !tx.Writable() {
+	if b := tx.Bucket(FiltersRoot); b != nil {
 		return b, nil
 	}
-	b, err := tx.CreateBucket(FiltersRoot)
-	return b, base.MapBoltErr(err)
+	return nil, fmt.Errorf("%w: system bucket %q is missing", base.ErrCorrupt, FiltersRoot)
 }
 
 // PutFilter stores the encoded filter of the window starting at start. The
@@ -193,7 +197,7 @@ func GetFilter(tx *bolt.Tx, start int64) []byte {
 // DeleteFilter removes the stored filter of the window starting at start.
 func DeleteFilter(tx *bolt.Tx, start int64) error {
 	b, err := filters(tx)
-	if err != nil || b == nil {
+	if err != nil {
 		return err
 	}
 	return base.MapBoltErr(b.Delete(filterKey(start)))
