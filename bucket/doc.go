@@ -1,8 +1,8 @@
 // Package bucket is the user's side of an oncekv file: [Bucket], a named
 // key/value space with bbolt's semantics, and [Cursor], which walks one in
 // key order. Buckets come from a transaction (oncekv.Tx.Bucket,
-// Tx.CreateBucket) and are valid until it ends; the root package re-exports
-// both types as oncekv.Bucket and oncekv.Cursor.
+// Tx.CreateBucketIfNotExists) and are valid until it ends; the root
+// package re-exports both types as oncekv.Bucket and oncekv.Cursor.
 //
 // On top of bbolt's Get, Put and Delete, a key may carry a fence
 // ([Bucket.PutFenced], [Bucket.Fence]) that refuses a stale writer, and a

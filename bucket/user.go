@@ -27,10 +27,10 @@ func init() {
 	base.Buckets.Delete = drop
 }
 
-// Bucket is a user bucket: a named key/value space behind the "u/" prefix. It has
-// bbolt's semantics: keys sort bytewise, a value returned by Get or a cursor
-// is valid only until the transaction ends, and writes need a writable
-// transaction.
+// Bucket is a user bucket: a named key/value space, apart from oncekv's
+// own. It has bbolt's semantics: keys sort bytewise, a value returned by
+// Get or a cursor is valid only until the transaction ends, and writes need
+// a writable transaction.
 //
 // On top of them, a key may carry a fence and a version (see PutFenced and
 // PutIfVersion), kept in the system bucket of fences where no user call
