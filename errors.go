@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/oncekv/oncekv/bucket"
 	"github.com/oncekv/oncekv/fence"
 	"github.com/oncekv/oncekv/internal/base"
 	"github.com/oncekv/oncekv/internal/layout"
@@ -43,12 +44,12 @@ var (
 	// MaxFingerprintSize.
 	ErrInvalidFingerprint = errors.New("oncekv: invalid fingerprint")
 	// ErrKeyRequired: a key was empty.
-	ErrKeyRequired = base.ErrKeyRequired
+	ErrKeyRequired = bucket.ErrKeyRequired
 	// ErrKeyTooLarge: a key, or a request's handler and key together, do not
 	// fit in bbolt's 32768-byte key limit.
-	ErrKeyTooLarge = base.ErrKeyTooLarge
+	ErrKeyTooLarge = bucket.ErrKeyTooLarge
 	// ErrValueTooLarge: a value exceeds bbolt's value limit.
-	ErrValueTooLarge = base.ErrValueTooLarge
+	ErrValueTooLarge = bucket.ErrValueTooLarge
 	// ErrResponseTooLarge: an effect's response, or a permanent error's
 	// message, is larger than a mark can hold (MaxResponseSize). The
 	// message names both sizes. The request's effect is rolled back and
@@ -56,7 +57,7 @@ var (
 	// are not affected.
 	ErrResponseTooLarge = errors.New("oncekv: response too large for a mark")
 	// ErrBucketNameRequired: a bucket name was empty.
-	ErrBucketNameRequired = base.ErrBucketNameRequired
+	ErrBucketNameRequired = bucket.ErrBucketNameRequired
 	// ErrInvalidOptions: Options failed validation; the error lists every
 	// field that was wrong.
 	ErrInvalidOptions = errors.New("oncekv: invalid options")
@@ -65,12 +66,12 @@ var (
 // Errors about the transaction in use.
 var (
 	// ErrTxNotWritable: a write in a View transaction.
-	ErrTxNotWritable = base.ErrTxNotWritable
+	ErrTxNotWritable = bucket.ErrTxNotWritable
 	// ErrTxClosed: a Tx, Bucket or Cursor was used after its function
 	// returned.
-	ErrTxClosed = base.ErrTxClosed
+	ErrTxClosed = bucket.ErrTxClosed
 	// ErrIncompatibleValue: a bucket operation met a value of the wrong kind.
-	ErrIncompatibleValue = base.ErrIncompatibleValue
+	ErrIncompatibleValue = bucket.ErrIncompatibleValue
 )
 
 // Errors about the database and its file.
@@ -87,7 +88,7 @@ var (
 	// ErrNotOncekv: the file is not an oncekv database.
 	ErrNotOncekv = layout.ErrNotOncekv
 	// ErrCorrupt: the file or one of its records failed validation.
-	ErrCorrupt = base.ErrCorrupt
+	ErrCorrupt = bucket.ErrCorrupt
 	// ErrFormatVersion: the file was written by a newer format.
 	ErrFormatVersion = base.ErrFormatVersion
 	// ErrInvalidWindow is ErrInvalidOptions, under the name it had when
