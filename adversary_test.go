@@ -17,7 +17,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -160,16 +160,16 @@ func storedKeys(t *testing.T, path string) [][2]string {
 	defer b.Close()
 	var keys [][2]string
 	require.NoError(t, b.View(func(tx *bolt.Tx) error {
-		exp, err := bucket.ReadExpiry(tx)
+		exp, err := layout.ReadExpiry(tx)
 		if err != nil {
 			return err
 		}
-		return bucket.ForEachWindow(tx, false, func(start int64, w *bolt.Bucket) error {
+		return layout.ForEachWindow(tx, false, func(start int64, w *bolt.Bucket) error {
 			if start < exp.Floor {
 				return nil
 			}
 			return w.ForEach(func(k, _ []byte) error {
-				h, key, ok := bucket.SplitMarkKey(k)
+				h, key, ok := layout.SplitMarkKey(k)
 				require.True(t, ok)
 				keys = append(keys, [2]string{h, key})
 				return nil

@@ -12,7 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Request is one delivery of a logical operation.
@@ -233,7 +233,7 @@ type op struct {
 	ctx    context.Context
 	req    *Request
 	mkey   []byte
-	hash   [bucket.HashSize]byte
+	hash   [layout.HashSize]byte
 	effect func(*Tx) ([]byte, error)
 	index  int // position in ApplyBatch's reqs
 
@@ -348,20 +348,20 @@ func (db *DB) answerFromSnapshot(ops []*op) bool {
 // answer sets o's outcome from an existing mark, and reports false when the
 // mark does not decide it (an expired claim, which the request may take
 // over).
-func (o *op) answer(m *bucket.FoundMark, now time.Time) bool {
+func (o *op) answer(m *layout.FoundMark, now time.Time) bool {
 	if m.PayloadHash != o.hash {
 		o.fail(outcomeKeyReuse, ErrKeyReuse)
 		return true
 	}
 	first := time.Unix(0, m.FirstSeen)
 	switch m.State {
-	case bucket.Done:
+	case layout.Done:
 		o.res = Result{Response: m.Response, Duplicate: true, FirstSeen: first}
 		o.err, o.kind = nil, outcomeDuplicate
-	case bucket.Failed:
+	case layout.Failed:
 		o.res = Result{Duplicate: true, FirstSeen: first}
 		o.err, o.kind = &FailedError{Message: m.Error}, outcomeFailedReplayed
-	case bucket.InProgress:
+	case layout.InProgress:
 		if now.UnixNano() >= m.LeaseUntil {
 			return false
 		}
@@ -539,21 +539,21 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 	if found != nil && o.answer(found, w.now) {
 		return false
 	}
-	mark := bucket.Mark{PayloadHash: o.hash, FirstSeen: w.now.UnixNano()}
+	mark := layout.Mark{PayloadHash: o.hash, FirstSeen: w.now.UnixNano()}
 	if found != nil {
 		// Taking over an expired claim: the mark keeps its first-seen time
 		// (rewriteMark decides its window), and takes a token greater than
 		// the claim's, so the holder's late Complete gets a *FenceError
 		// with both.
 		mark.FirstSeen = found.FirstSeen
-		if mark.Token, err = bucket.NextClaimToken(w.btx); err != nil {
+		if mark.Token, err = layout.NextClaimToken(w.btx); err != nil {
 			o.fail(outcomeAborted, err)
 			o.settled = true
 			return true
 		}
 	}
 	if o.failWith != nil {
-		mark.State, mark.Error = bucket.Failed, o.failMsg
+		mark.State, mark.Error = layout.Failed, o.failMsg
 		o.res, o.err, o.kind = Result{}, &FailedError{Message: o.failMsg, cause: o.failWith}, outcomeFailedRecorded
 	} else {
 		db.crashAt(crashBeforeEffect)
@@ -569,6 +569,13 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 		case r.permanent:
 			o.failWith, o.failMsg = r.err, r.msg
 			return true
+		case r.err != nil && o.ctx.Err() != nil:
+			// The context ended during the effect: whatever the effect
+			// made of it, the request was aborted (Stats.Aborted), and the
+			// caller gets the effect's own error.
+			o.fail(outcomeAborted, r.err)
+			o.settled = true
+			return true
 		case r.err != nil:
 			o.fail(outcomeEffectError, r.err)
 			o.settled = true
@@ -580,7 +587,7 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 			return true
 		}
 		db.crashAt(crashAfterEffect)
-		mark.State, mark.Response = bucket.Done, r.resp
+		mark.State, mark.Response = layout.Done, r.resp
 		o.res, o.kind = Result{Response: r.resp}, outcomeApplied
 	}
 	if err := db.checkResponse(len(mark.Response) + len(mark.Error)); err != nil {

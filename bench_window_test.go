@@ -14,7 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -194,7 +194,7 @@ func copyWithoutFilters(b *testing.B, from, to string) {
 		b.Fatal(err)
 	}
 	defer bdb.Close()
-	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucket.FiltersRoot) }); err != nil {
+	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(layout.FiltersRoot) }); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/bloom"
-	"github.com/oncekv/oncekv/bucket"
-	"github.com/oncekv/oncekv/fence"
+	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Check verifies the whole file, for an operator after a power cut or a
@@ -63,15 +63,15 @@ func (db *DB) Check(fn func(problem error) error) error {
 
 // checkMeta checks the format, window span and expiry records.
 func checkMeta(btx *bolt.Tx, report func(error) error) error {
-	if err := bucket.Check(btx); err != nil {
+	if err := layout.Check(btx); err != nil {
 		return report(err)
 	}
-	if _, _, err := bucket.ReadSpan(btx); err != nil {
+	if _, _, err := layout.ReadSpan(btx); err != nil {
 		if err := report(err); err != nil {
 			return err
 		}
 	}
-	if _, err := bucket.ReadExpiry(btx); err != nil {
+	if _, err := layout.ReadExpiry(btx); err != nil {
 		return report(err)
 	}
 	return nil
@@ -80,13 +80,13 @@ func checkMeta(btx *bolt.Tx, report func(error) error) error {
 // checkWindows decodes every mark of every window, expired ones still on
 // disk included: Expire will read their keys to delete them.
 func checkWindows(btx *bolt.Tx, report func(error) error) error {
-	return bucket.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
+	return layout.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
 		return w.ForEach(func(k, _ []byte) error {
 			var err error
-			if _, _, ok := bucket.SplitMarkKey(k); !ok {
+			if _, _, ok := layout.SplitMarkKey(k); !ok {
 				err = &RecordError{Bucket: windowName(start), Key: fmt.Sprintf("%x", k), Err: errors.New("malformed mark key")}
 			} else {
-				_, err = bucket.GetMark(w, start, k)
+				_, err = layout.GetMark(w, start, k)
 			}
 			if err != nil {
 				return report(err)
@@ -98,7 +98,7 @@ func checkWindows(btx *bolt.Tx, report func(error) error) error {
 
 // checkFilters decodes every persisted Bloom filter, checksum included.
 func checkFilters(btx *bolt.Tx, report func(error) error) error {
-	return forEachWindowRecord(btx, bucket.FiltersRoot, report, func(v []byte) error {
+	return forEachWindowRecord(btx, layout.FiltersRoot, report, func(v []byte) error {
 		_, err := bloom.Decode(v)
 		return err
 	})
@@ -106,8 +106,8 @@ func checkFilters(btx *bolt.Tx, report func(error) error) error {
 
 // checkLeases decodes every window's recorded lease end.
 func checkLeases(btx *bolt.Tx, report func(error) error) error {
-	return forEachWindowRecord(btx, bucket.LeasesRoot, report, func(v []byte) error {
-		var l bucket.LeaseEnd
+	return forEachWindowRecord(btx, layout.LeasesRoot, report, func(v []byte) error {
+		var l layout.LeaseEnd
 		return l.Unmarshal(v)
 	})
 }
@@ -136,12 +136,12 @@ func forEachWindowRecord(btx *bolt.Tx, name []byte, report func(error) error, de
 
 // checkFences decodes every counter and key record of the fences bucket.
 func checkFences(btx *bolt.Tx, report func(error) error) error {
-	b := btx.Bucket(bucket.FencesRoot)
+	b := btx.Bucket(layout.FencesRoot)
 	if b == nil {
-		return nil // bucket.Check has reported it
+		return nil // layout.Check has reported it
 	}
-	return fence.Check(b, func(e *fence.RecordError) error {
-		name := string(bucket.FencesRoot)
+	return fences.Check(b, func(e *fences.RecordError) error {
+		name := string(layout.FencesRoot)
 		if e.Bucket != nil {
 			name += "/" + string(e.Bucket)
 		}
@@ -151,5 +151,5 @@ func checkFences(btx *bolt.Tx, report func(error) error) error {
 
 // windowName names a window in a problem report by its start.
 func windowName(start int64) string {
-	return string(bucket.WindowPrefix) + time.Unix(0, start).UTC().Format(time.RFC3339)
+	return string(layout.WindowPrefix) + time.Unix(0, start).UTC().Format(time.RFC3339)
 }

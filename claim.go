@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Claim is the two-phase form of Apply, for an effect that cannot join the
@@ -214,12 +214,12 @@ func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
 	if err := o.ctx.Err(); err != nil {
 		return err
 	}
-	token, err := bucket.NextClaimToken(w.btx)
+	token, err := layout.NextClaimToken(w.btx)
 	if err != nil {
 		return err
 	}
-	mark := bucket.Mark{
-		State:       bucket.InProgress,
+	mark := layout.Mark{
+		State:       layout.InProgress,
 		PayloadHash: o.hash,
 		LeaseUntil:  leaseEnd(w.now, lease),
 		Token:       token,
@@ -343,7 +343,7 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 	}
 	return c.wrap(c.run(func() error {
 		var until int64
-		err := c.updateLocked(ctx, outcomeNone, bad, nil, func(w *writeTx, _ *op, m *bucket.FoundMark) error {
+		err := c.updateLocked(ctx, outcomeNone, bad, nil, func(w *writeTx, _ *op, m *layout.FoundMark) error {
 			mark := m.Mark
 			mark.LeaseUntil = leaseEnd(w.now, lease)
 			until = mark.LeaseUntil
@@ -390,10 +390,10 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *T
 	err := c.run(func() error {
 		resp := bytes.Clone(response) // the caller may reuse response at once
 		var first int64
-		err := c.updateLocked(ctx, outcomeApplied, c.db.checkResponse(len(resp)), effect, func(w *writeTx, o *op, m *bucket.FoundMark) error {
+		err := c.updateLocked(ctx, outcomeApplied, c.db.checkResponse(len(resp)), effect, func(w *writeTx, o *op, m *layout.FoundMark) error {
 			done = o
 			mark := m.Mark
-			mark.State, mark.Response, mark.LeaseUntil = bucket.Done, resp, 0
+			mark.State, mark.Response, mark.LeaseUntil = layout.Done, resp, 0
 			first = m.FirstSeen
 			_, err := w.rewriteMark(m.Window, c.mkey, &mark)
 			return err
@@ -451,10 +451,10 @@ func (c *Claim) failLocked(ctx context.Context, cause error) error {
 		kind, msg = outcomeFailedRecorded, cause.Error()
 		bad = c.db.checkResponse(len(msg))
 	}
-	err := c.updateLocked(ctx, kind, bad, nil, func(w *writeTx, _ *op, m *bucket.FoundMark) error {
+	err := c.updateLocked(ctx, kind, bad, nil, func(w *writeTx, _ *op, m *layout.FoundMark) error {
 		mark := m.Mark
 		if permanent {
-			mark.State, mark.Error, mark.LeaseUntil = bucket.Failed, msg, 0
+			mark.State, mark.Error, mark.LeaseUntil = layout.Failed, msg, 0
 		} else {
 			mark.LeaseUntil = releasedLease
 			return w.putMark(m.Window, c.mkey, &mark) // released: nothing to outlive
@@ -521,7 +521,7 @@ func (c *Claim) run(fn func() error) error {
 // last run does not set again. effect, when not nil, is Complete's: it runs
 // in o, after the check that c holds the key and before fn, as an Apply
 // effect would (runEffect).
-func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effect func(*Tx) error, fn func(w *writeTx, o *op, m *bucket.FoundMark) error) error {
+func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effect func(*Tx) error, fn func(w *writeTx, o *op, m *layout.FoundMark) error) error {
 	err := bad
 	switch {
 	case err != nil:
@@ -572,11 +572,11 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effec
 
 // heldBy returns nil if m shows that c still holds the key, and ErrFenced
 // with the reason if not.
-func (c *Claim) heldBy(m *bucket.FoundMark) error {
+func (c *Claim) heldBy(m *layout.FoundMark) error {
 	switch {
 	case m == nil:
 		return fmt.Errorf("%w: the key's mark is gone (its window expired, or it was forgotten)", ErrFenced)
-	case m.State == bucket.InProgress && m.Token == c.mu.token:
+	case m.State == layout.InProgress && m.Token == c.mu.token:
 		return nil
 	case m.Token > c.mu.token:
 		return &FenceError{Stored: m.Token, Presented: c.mu.token}

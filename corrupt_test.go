@@ -9,7 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // corruptMarks rewrites every mark in the closed file at path with fn.
@@ -19,7 +19,7 @@ func corruptMarks(t *testing.T, path string, fn func(v []byte) []byte) {
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		return bucket.ForEachWindow(tx, false, func(_ int64, w *bolt.Bucket) error {
+		return layout.ForEachWindow(tx, false, func(_ int64, w *bolt.Bucket) error {
 			type kv struct{ k, v []byte }
 			var all []kv
 			require.NoError(t, w.ForEach(func(k, v []byte) error {

@@ -17,7 +17,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
+	"github.com/oncekv/oncekv/internal/windows"
 	"github.com/oncekv/oncekv/window"
 )
 
@@ -43,7 +44,7 @@ type DB struct {
 	// current is the write transaction in progress, guarded by writeMu.
 	current *writeTx
 	// windows are the live dedup windows and their filters.
-	windows *window.Set
+	windows *windows.Set
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock
 	// clockSaved, guarded by writeMu, is the store's time last saved in the
@@ -191,7 +192,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 func initFile(b *bolt.DB, now, span int64, readOnly bool) error {
 	var fresh bool
 	if err := b.View(func(tx *bolt.Tx) (err error) {
-		fresh, err = bucket.Init(tx, now, span)
+		fresh, err = layout.Init(tx, now, span)
 		return err
 	}); err != nil || !fresh {
 		return err
@@ -200,7 +201,7 @@ func initFile(b *bolt.DB, now, span int64, readOnly bool) error {
 		return fmt.Errorf("%w: the file has no oncekv data yet; open it writable once", ErrReadOnly)
 	}
 	return b.Update(func(tx *bolt.Tx) error {
-		_, err := bucket.Init(tx, now, span)
+		_, err := layout.Init(tx, now, span)
 		return err
 	})
 }
@@ -221,10 +222,10 @@ func fileSpan(b *bolt.DB, asked time.Duration, readOnly bool) (time.Duration, er
 	var misaligned int64
 	want := int64(cmp.Or(asked, DefaultWindowSpan))
 	err := b.View(func(tx *bolt.Tx) (err error) {
-		if stored, legacy, err = bucket.ReadSpan(tx); err != nil || !legacy {
+		if stored, legacy, err = layout.ReadSpan(tx); err != nil || !legacy {
 			return err
 		}
-		return bucket.ForEachWindow(tx, false, func(start int64, _ *bolt.Bucket) error {
+		return layout.ForEachWindow(tx, false, func(start int64, _ *bolt.Bucket) error {
 			if start%want != 0 {
 				misaligned = start
 			}
@@ -241,7 +242,7 @@ func fileSpan(b *bolt.DB, asked time.Duration, readOnly bool) (time.Duration, er
 	case legacy && readOnly:
 		return time.Duration(want), nil // recorded by the next writable open
 	case legacy:
-		return time.Duration(want), b.Update(func(tx *bolt.Tx) error { return bucket.UpgradeSpan(tx, want) })
+		return time.Duration(want), b.Update(func(tx *bolt.Tx) error { return layout.Upgrade(tx, want) })
 	case asked != 0 && int64(asked) != stored:
 		return 0, fmt.Errorf("%w: WindowSpan = %v: this file's windows are %v; open with WindowSpan %v, or 0 to use the file's",
 			ErrInvalidOptions, asked, time.Duration(stored), time.Duration(stored))
@@ -344,7 +345,7 @@ func (db *DB) Close() error {
 	// store that cannot write any more (poisoned, full disk) still closes.
 	if db.closeNeedsSave() {
 		err := db.write(func(w *writeTx) error {
-			return bucket.WriteExpiry(w.btx, bucket.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
+			return layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
 		})
 		if err != nil {
 			db.log.Warn("closing without saving the clock's high-water mark", "path", db.path, "err", err)

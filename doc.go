@@ -10,14 +10,28 @@
 // the effect again.
 //
 //	db, err := oncekv.Open("app.db", nil)
-//	...
+//	if err != nil {
+//		return err
+//	}
+//	defer db.Close()
 //	res, err := db.Apply(ctx, oncekv.Request{Handler: "deposit", Key: msg.ID, Payload: msg.Body},
 //		func(tx *oncekv.Tx) ([]byte, error) {
 //			b, err := tx.CreateBucketIfNotExists([]byte("balances"))
-//			... // read, add, write back: not idempotent, and it need not be
-//			return []byte("ok"), nil
+//			if err != nil {
+//				return nil, err
+//			}
+//			// Read, add, write back: not idempotent, and it need not be.
+//			balance, _ := strconv.Atoi(string(b.Get([]byte(msg.Account))))
+//			balance += msg.Amount
+//			return []byte("ok"), b.Put([]byte(msg.Account), strconv.AppendInt(nil, int64(balance), 10))
 //		})
-//	if res.Duplicate { ... } // the effect did not run again
+//	if err != nil {
+//		return err
+//	}
+//	if res.Duplicate {
+//		fmt.Println("a duplicate: the effect did not run again")
+//	}
+//	return nil
 //
 // # Guarantees
 //

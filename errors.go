@@ -7,6 +7,8 @@ import (
 
 	"github.com/oncekv/oncekv/bucket"
 	"github.com/oncekv/oncekv/fence"
+	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Errors returned by Apply, ApplyBatch and Claim for a request. They come
@@ -84,11 +86,11 @@ var (
 	// was changed.
 	ErrReadOnly = errors.New("oncekv: database opened read-only")
 	// ErrNotOncekv: the file is not an oncekv database.
-	ErrNotOncekv = bucket.ErrNotOncekv
+	ErrNotOncekv = layout.ErrNotOncekv
 	// ErrCorrupt: the file or one of its records failed validation.
 	ErrCorrupt = bucket.ErrCorrupt
 	// ErrFormatVersion: the file was written by a newer format.
-	ErrFormatVersion = bucket.ErrFormatVersion
+	ErrFormatVersion = base.ErrFormatVersion
 	// ErrInvalidWindow is ErrInvalidOptions, under the name it had when
 	// the window fields (Retention, WindowSpan) were reported apart. One
 	// condition, one error: the name stays so code that tests for it
@@ -120,9 +122,16 @@ var (
 	ErrNoSpace = errors.New("oncekv: no space left on device")
 )
 
-// RecordError is a system record that failed to decode; it names the bucket
-// and key and matches ErrCorrupt.
-type RecordError = bucket.RecordError
+// RecordError is a system record (a mark, a fence, a metadata record) that
+// failed to decode. Its fields are
+//
+//	Bucket string // the system bucket holding the record, e.g. "oncekv.meta"
+//	Key    string // the record's key in that bucket
+//	Err    error  // what was wrong
+//
+// errors.Is matches it with both ErrCorrupt and Err. Get one with
+// errors.As(err, new(*oncekv.RecordError)).
+type RecordError = base.RecordError
 
 // RequestError wraps an error about one request with its handler and key,
 // so the message says which operation failed. errors.Is sees through it.
@@ -135,7 +144,7 @@ type RequestError struct {
 
 // Error implements error.
 func (e *RequestError) Error() string {
-	return fmt.Sprintf("oncekv: %s handler %q key %q: %s", e.Op, bucket.Clip(e.Handler), bucket.Clip(e.Key), trimPrefix(e.Err))
+	return fmt.Sprintf("oncekv: %s handler %q key %q: %s", e.Op, base.Clip(e.Handler), base.Clip(e.Key), trimPrefix(e.Err))
 }
 
 // Unwrap returns the cause.
@@ -295,10 +304,28 @@ var (
 
 // FenceError is a fenced write refused with ErrFenced: the key carries
 // Stored, and the write presented Presented, which is not greater. A claim
-// taken over by a newer one gets one too, with the tokens.
+// taken over by a newer one gets one too, with the tokens. It is package
+// fence's [fence.Error]:
+//
+//	type FenceError struct {
+//		Stored    uint64 // the fence the key (or the claim's mark) carries
+//		Presented uint64 // the fence the refused write presented
+//	}
+//
+// errors.Is(err, ErrFenced) matches it; errors.As(err, new(*FenceError))
+// gets the numbers. Give up on the write: a newer writer owns the key.
 type FenceError = fence.Error
 
-// VersionError is a compare-and-set refused with ErrVersionConflict.
+// VersionError is a compare-and-set ([Bucket.PutIfVersion]) refused with
+// ErrVersionConflict. It is package fence's [fence.VersionError]:
+//
+//	type VersionError struct {
+//		Stored    uint64 // the key's version now
+//		Presented uint64 // the version the write expected
+//	}
+//
+// errors.Is(err, ErrVersionConflict) matches it. Read the key again (its
+// value and Version) and retry.
 type VersionError = fence.VersionError
 
 // Errors of claims (DB.Claim and the methods of Claim). Those about one

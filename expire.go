@@ -6,7 +6,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // ExpireStats reports what one Expire call dropped and what it cost.
@@ -74,7 +74,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		var high int64
 		if err := db.step(st, func(btx *bolt.Tx) error {
 			high = db.clock.read().UnixNano()
-			return bucket.WriteExpiry(btx, bucket.Expiry{Floor: floor, ClockHigh: high})
+			return layout.WriteExpiry(btx, layout.Expiry{Floor: floor, ClockHigh: high})
 		}, func() {
 			db.windows.DropBelow(floor)
 			db.clockSaved = high // learned under the write lock, as saveClockLocked's
@@ -88,7 +88,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	var doomed []int64
 	if err := db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
-			return bucket.ForEachWindow(btx, false, func(start int64, _ *bolt.Bucket) error {
+			return layout.ForEachWindow(btx, false, func(start int64, _ *bolt.Bucket) error {
 				if start < db.windows.Floor() {
 					doomed = append(doomed, start)
 				}
@@ -105,7 +105,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 			}
 			var deleted int
 			err := db.step(st, func(btx *bolt.Tx) (err error) {
-				deleted, gone, err = bucket.ExpireSome(btx, start, db.opts.ExpireStep)
+				deleted, gone, err = layout.ExpireSome(btx, start, db.opts.ExpireStep)
 				return err
 			}, nil)
 			if err != nil {
@@ -177,7 +177,7 @@ func (db *DB) Forget(handler, key string) error {
 		if err != nil || m == nil {
 			return err
 		}
-		if m.State == bucket.InProgress && w.now.UnixNano() < m.LeaseUntil {
+		if m.State == layout.InProgress && w.now.UnixNano() < m.LeaseUntil {
 			return &InProgressError{until: timeFromNano(m.LeaseUntil)}
 		}
 		return w.deleteMark(m.Window, o.mkey)

@@ -3,7 +3,7 @@ package oncekv
 import (
 	"time"
 
-	"github.com/oncekv/oncekv/window"
+	"github.com/oncekv/oncekv/internal/windows"
 )
 
 // ExpireDue returns the windows that Expire would drop if it ran now, oldest
@@ -33,7 +33,7 @@ func (db *DB) ExpireDue() ([]WindowStats, error) {
 // one to keep, since the floor drops everything below it: a window holding
 // a claim whose lease is still running is kept until it ends (and the newer
 // ones with it), so a live claim never loses its mark.
-func (db *DB) expirable(now int64) []*window.Live {
+func (db *DB) expirable(now int64) []*windows.Live {
 	live := db.windows.Windows()
 	for i, w := range live {
 		if now < db.window.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {

@@ -3,7 +3,8 @@ package oncekv
 import (
 	"fmt"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // NextFence issues a fencing token for resource: strictly greater than
@@ -26,7 +27,7 @@ func (db *DB) NextFence(resource string) (uint64, error) {
 	defer db.life.exit()
 	var token uint64
 	err := db.write(func(w *writeTx) (err error) {
-		token, err = bucket.NextToken(w.btx, []byte(resource))
+		token, err = layout.NextToken(w.btx, []byte(resource))
 		return err
 	})
 	if err != nil {
@@ -42,7 +43,7 @@ type resourceError struct {
 }
 
 func (e *resourceError) Error() string {
-	return fmt.Sprintf("oncekv: next fence of %q: %s", bucket.Clip(e.resource), trimPrefix(e.err))
+	return fmt.Sprintf("oncekv: next fence of %q: %s", base.Clip(e.resource), trimPrefix(e.err))
 }
 
 func (e *resourceError) Unwrap() error { return e.err }

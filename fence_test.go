@@ -21,7 +21,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -566,7 +566,7 @@ func TestFenceRecordCorrupt(t *testing.T) {
 	b, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		fences := tx.Bucket(bucket.FencesRoot)
+		fences := tx.Bucket(layout.FencesRoot)
 		keys := fences.Bucket(append([]byte("k"), registers...))
 		rec := append([]byte(nil), keys.Get([]byte("k"))...)
 		rec[3] ^= 0x01

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Response modes of FuzzAPI's effect.
@@ -37,7 +38,7 @@ func fuzzResponse(mode uint8, payload []byte) []byte {
 // fuzzKeySizes are the key lengths around bbolt's limit of 32768 bytes,
 // and far past it. FuzzAPI grows a key to one of them when its grow input
 // says so: huge inputs in the corpus would slow the fuzzer to a crawl.
-var fuzzKeySizes = []int{bucket.MaxMarkKeySize - 1, bucket.MaxMarkKeySize, 32767, 32768, 32769, 1 << 20}
+var fuzzKeySizes = []int{layout.MaxMarkKeySize - 1, layout.MaxMarkKeySize, 32767, 32768, 32769, 1 << 20}
 
 // growKey pads key with 'k' to n bytes.
 func growKey(key string, n int) string {
@@ -61,7 +62,7 @@ type fuzzSeen struct {
 // result, never a panic:
 //
 //   - a mark key (handler and key) is refused iff it is empty or longer than
-//     bucket.MaxMarkKeySize, with ErrHandlerRequired, ErrKeyRequired or
+//     layout.MaxMarkKeySize, with ErrHandlerRequired, ErrKeyRequired or
 //     ErrKeyTooLarge;
 //   - the first delivery runs the effect, later ones return the first
 //     response byte for byte, nil and empty kept apart; a different payload
@@ -104,7 +105,7 @@ func FuzzAPI(f *testing.F) {
 			require.ErrorIs(t, err, oncekv.ErrHandlerRequired)
 		case key == "":
 			require.ErrorIs(t, err, oncekv.ErrKeyRequired)
-		case len(handler)+len(key) > bucket.MaxMarkKeySize:
+		case len(handler)+len(key) > layout.MaxMarkKeySize:
 			require.ErrorIs(t, err, oncekv.ErrKeyTooLarge)
 		case dup && prev.hash != sha256.Sum256(payload):
 			require.ErrorIs(t, err, oncekv.ErrKeyReuse)

@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // LoadMarks writes marks, as DB.Marks listed them from another store (a
@@ -81,8 +81,8 @@ func (db *DB) loadMarkLocked(w *writeTx, info *MarkInfo) error {
 		}
 		return err
 	}
-	m := &bucket.Mark{
-		State:       bucket.State(info.State),
+	m := &layout.Mark{
+		State:       layout.State(info.State),
 		PayloadHash: info.Fingerprint,
 		Response:    info.Response,
 		Error:       info.Error,

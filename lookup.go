@@ -8,7 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // MarkState is the state of a key's mark.
@@ -25,16 +25,16 @@ const (
 	MarkFailed MarkState = 3
 )
 
-// The values are the file's own (bucket.State), so a mark's state converts
+// The values are the file's own (layout.State), so a mark's state converts
 // as it is; an index out of range here fails the build if they drift.
 var (
-	_ = [1]struct{}{}[MarkInProgress-MarkState(bucket.InProgress)]
-	_ = [1]struct{}{}[MarkDone-MarkState(bucket.Done)]
-	_ = [1]struct{}{}[MarkFailed-MarkState(bucket.Failed)]
+	_ = [1]struct{}{}[MarkInProgress-MarkState(layout.InProgress)]
+	_ = [1]struct{}{}[MarkDone-MarkState(layout.Done)]
+	_ = [1]struct{}{}[MarkFailed-MarkState(layout.Failed)]
 )
 
 // String returns IN_PROGRESS, DONE or FAILED.
-func (s MarkState) String() string { return bucket.State(s).String() }
+func (s MarkState) String() string { return layout.State(s).String() }
 
 // MarkInfo is what the store holds about one (handler, key), for support
 // and tooling: answering "was this message processed, when, and with what
@@ -121,16 +121,16 @@ func (db *DB) Claims(fn func(MarkInfo) error) error {
 	floor := db.windows.Floor()
 	return db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
-			return bucket.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
+			return layout.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
 				if start < floor {
 					return nil // expired, being deleted
 				}
 				return w.ForEach(func(mkey, _ []byte) error {
-					m, err := bucket.GetMark(w, start, mkey)
-					if err != nil || m.State != bucket.InProgress {
+					m, err := layout.GetMark(w, start, mkey)
+					if err != nil || m.State != layout.InProgress {
 						return err
 					}
-					handler, key, ok := bucket.SplitMarkKey(mkey)
+					handler, key, ok := layout.SplitMarkKey(mkey)
 					if !ok {
 						return &RecordError{Bucket: fmt.Sprintf("window %v", time.Unix(0, start).UTC()), Key: fmt.Sprintf("%x", mkey), Err: errors.New("malformed mark key")}
 					}
@@ -170,7 +170,7 @@ func (db *DB) ReleaseClaim(handler, key string, token uint64) error {
 				return err
 			case m == nil:
 				return ErrNotFound
-			case m.State != bucket.InProgress:
+			case m.State != layout.InProgress:
 				return fmt.Errorf("%w: the key is %v", ErrClaimDone, m.State)
 			case m.Token > token:
 				return &FenceError{Stored: m.Token, Presented: token}
@@ -193,13 +193,13 @@ func markKey(req *Request) ([]byte, error) {
 	case req.Key == "":
 		return nil, ErrKeyRequired
 	}
-	if err := bucket.CheckMarkKey(req.Handler, req.Key); err != nil {
+	if err := layout.CheckMarkKey(req.Handler, req.Key); err != nil {
 		return nil, err
 	}
-	return bucket.MarkKey(req.Handler, req.Key), nil
+	return layout.MarkKey(req.Handler, req.Key), nil
 }
 
-func (db *DB) markInfo(handler, key string, mkey []byte, m *bucket.FoundMark) MarkInfo {
+func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) MarkInfo {
 	info := MarkInfo{
 		Handler:     handler,
 		Key:         key,
@@ -213,7 +213,7 @@ func (db *DB) markInfo(handler, key string, mkey []byte, m *bucket.FoundMark) Ma
 		ClaimKey:    claimKey(mkey),
 		Orphaned:    db.isOrphan(m),
 	}
-	if m.State == bucket.InProgress {
+	if m.State == layout.InProgress {
 		if m.LeaseUntil == releasedLease {
 			info.Released = true
 		} else {

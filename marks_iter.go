@@ -8,7 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // MarkFilter selects the marks DB.Marks lists. A zero field selects every
@@ -41,15 +41,15 @@ func (db *DB) Marks(filter MarkFilter, fn func(MarkInfo) error) error {
 	defer db.life.exit()
 	var prefix []byte
 	if filter.Handler != "" {
-		if err := bucket.CheckMarkKey(filter.Handler, ""); err != nil {
+		if err := layout.CheckMarkKey(filter.Handler, ""); err != nil {
 			return fmt.Errorf("oncekv: marks: %w", err)
 		}
-		prefix = bucket.MarkKey(filter.Handler, "")
+		prefix = layout.MarkKey(filter.Handler, "")
 	}
 	floor := db.windows.Floor()
 	return db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
-			return bucket.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
+			return layout.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
 				if start < floor || (!filter.Window.IsZero() && start != filter.Window.UnixNano()) {
 					return nil // expired (being deleted), or not asked for
 				}
@@ -68,14 +68,14 @@ func (db *DB) windowMarks(w *bolt.Bucket, start int64, prefix []byte, state Mark
 		k, _ = c.Seek(prefix)
 	}
 	for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		m, err := bucket.GetMark(w, start, k)
+		m, err := layout.GetMark(w, start, k)
 		if err != nil {
 			return err
 		}
 		if state != 0 && MarkState(m.State) != state {
 			continue
 		}
-		handler, key, ok := bucket.SplitMarkKey(k)
+		handler, key, ok := layout.SplitMarkKey(k)
 		if !ok {
 			return &RecordError{Bucket: fmt.Sprintf("window %v", time.Unix(0, start).UTC()), Key: fmt.Sprintf("%x", k), Err: errors.New("malformed mark key")}
 		}

@@ -3,7 +3,7 @@ package oncekv
 import (
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Claims orphaned by a crash.
@@ -33,7 +33,7 @@ func (db *DB) loadOrphanLine(tx *bolt.Tx) error {
 	if db.opts.KeepOrphanedClaims {
 		return nil
 	}
-	last, err := bucket.LastClaimToken(tx)
+	last, err := layout.LastClaimToken(tx)
 	db.orphansUpTo = last
 	return err
 }
@@ -41,7 +41,7 @@ func (db *DB) loadOrphanLine(tx *bolt.Tx) error {
 // releaseOrphan makes m, when it is an orphaned claim, read as released: a
 // lease that ran out whatever the clock says. The mark on disk is left as
 // it is; the takeover rewrites it.
-func (db *DB) releaseOrphan(m *bucket.FoundMark) *bucket.FoundMark {
+func (db *DB) releaseOrphan(m *layout.FoundMark) *layout.FoundMark {
 	if db.isOrphan(m) {
 		m.LeaseUntil = releasedLease
 	}
@@ -49,6 +49,6 @@ func (db *DB) releaseOrphan(m *bucket.FoundMark) *bucket.FoundMark {
 }
 
 // isOrphan reports whether m is a claim taken by an earlier process.
-func (db *DB) isOrphan(m *bucket.FoundMark) bool {
-	return m != nil && m.State == bucket.InProgress && m.Token != 0 && m.Token <= db.orphansUpTo
+func (db *DB) isOrphan(m *layout.FoundMark) bool {
+	return m != nil && m.State == layout.InProgress && m.Token != 0 && m.Token <= db.orphansUpTo
 }

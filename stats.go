@@ -28,7 +28,8 @@ type Counters struct {
 	// FailedReplayed counts duplicates answered with a recorded failure.
 	FailedReplayed uint64
 	// EffectErrors counts transient effect errors (rolled back, nothing
-	// recorded).
+	// recorded) that Apply's effect returned while its context was live,
+	// and those of Claim.Complete's effect.
 	EffectErrors uint64
 	// InvalidRequests counts requests rejected as bad input. It is counted
 	// store-wide only, in Stats.Total, and is always zero in Stats.Handlers
@@ -37,7 +38,9 @@ type Counters struct {
 	// entry of its own.
 	InvalidRequests uint64
 	// Aborted counts requests that applied nothing because their context
-	// ended, the commit failed or a record did not decode.
+	// ended, the commit failed or a record did not decode. For Apply, a
+	// context that ended while the effect ran counts here, whatever the
+	// effect returned (the caller still gets the effect's error).
 	Aborted uint64
 	// Fenced counts claim operations (Extend, Complete, Fail) rejected with
 	// ErrFenced because another worker had taken the key over.

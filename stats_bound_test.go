@@ -194,3 +194,31 @@ func TestHandlerStatsCappedAtMax(t *testing.T) {
 		require.Equal(t, uint64(len(reqs)), st.Total.Applied)
 	})
 }
+
+// TestContextEndedDuringEffectCountsAsAborted: Stats.Aborted covers a
+// context that ended while the effect ran, whatever the effect returned
+// (its context's error, or an error of its own); only an effect that
+// failed with its context still live counts in EffectErrors.
+func TestContextEndedDuringEffectCountsAsAborted(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	for i, ret := range []func(ctx context.Context) error{
+		func(ctx context.Context) error { return ctx.Err() },
+		func(context.Context) error { return fmt.Errorf("gateway: connection reset") },
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: fmt.Sprint("cancelled-", i)},
+			func(*oncekv.Tx) ([]byte, error) {
+				cancel()
+				return nil, ret(ctx)
+			})
+		require.Error(t, err)
+	}
+	_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "failed"},
+		func(*oncekv.Tx) ([]byte, error) { return nil, fmt.Errorf("transient") })
+	require.Error(t, err)
+
+	st := db.Stats().Handlers["h"]
+	require.Equal(t, uint64(2), st.Aborted, "the two contexts that ended during their effect")
+	require.Equal(t, uint64(1), st.EffectErrors, "only the effect that failed with a live context")
+	require.Zero(t, st.Applied)
+}

@@ -20,7 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -124,10 +124,21 @@ func TestLegacyFileWithoutStoredSpan(t *testing.T) {
 	require.ErrorIs(t, err, oncekv.ErrInvalidOptions, "a 13:00 window cannot have been made with 3h windows")
 	require.Contains(t, err.Error(), "WindowSpan")
 
-	db, err = oncekv.Open(path, timeOpts(clock, 0, 24*time.Hour)) // the default, 1h, as before
+	ro := timeOpts(clock, 0, 24*time.Hour)
+	ro.ReadOnly = true
+	db, err = oncekv.Open(path, ro) // a version 1 file is readable as it is
 	require.NoError(t, err)
 	require.True(t, applyKey(t, db, "old").Duplicate)
 	require.NoError(t, db.Close())
+	require.Equal(t, uint32(1), fileFormat(t, path).Version, "a read-only open writes nothing")
+
+	db, err = oncekv.Open(path, timeOpts(clock, 0, 24*time.Hour)) // the default, 1h, as before
+	require.NoError(t, err)
+	require.True(t, applyKey(t, db, "old").Duplicate)
+	applyKey(t, db, "new")
+	require.NoError(t, db.Close())
+	require.Equal(t, uint32(layout.FormatVersion), fileFormat(t, path).Version, "a writable open upgrades the file")
+	oncetest.Check(t, path) // which requires the filters bucket of a version 2 file
 
 	_, err = oncekv.Open(path, timeOpts(clock, 2*time.Hour, 24*time.Hour))
 	require.ErrorIs(t, err, oncekv.ErrInvalidOptions, "the span is recorded now")
@@ -141,19 +152,60 @@ func TestLegacyFileWithoutStoredSpan(t *testing.T) {
 }
 
 // makeLegacy turns the closed store at path into one written by a build
-// that did not store its window span: format version 1, no windows record.
+// that did not store its window span: format version 1, no windows record,
+// no filters bucket.
 func makeLegacy(t *testing.T, path string) {
 	t.Helper()
 	b, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucket.MetaRoot)
+		meta := tx.Bucket(layout.MetaRoot)
 		if err := meta.Delete([]byte("windows")); err != nil {
 			return err
 		}
-		return meta.Put([]byte("format"), bucket.Format{Magic: bucket.FormatMagic, Version: 1, CreatedUnixNano: 1}.Marshal())
+		if err := tx.DeleteBucket(layout.FiltersRoot); err != nil {
+			return err // version 1 files may lack it: it was created lazily
+		}
+		return meta.Put([]byte("format"), layout.Format{Magic: layout.FormatMagic, Version: 1, CreatedUnixNano: 1}.Marshal())
 	}))
+}
+
+// fileFormat reads the format record of the closed store at path.
+func fileFormat(t *testing.T, path string) layout.Format {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer b.Close()
+	var f layout.Format
+	require.NoError(t, b.View(func(tx *bolt.Tx) error {
+		return f.Unmarshal(tx.Bucket(layout.MetaRoot).Get([]byte("format")))
+	}))
+	return f
+}
+
+// TestFiltersBucketIsChecked: a new file has the filters bucket from the
+// start, and a current-format file without it is corrupt: Open says so,
+// naming the bucket, and writes nothing.
+func TestFiltersBucketIsChecked(t *testing.T) {
+	clock := oncetest.NewClock(epoch)
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := oncekv.Open(path, timeOpts(clock, time.Hour, 24*time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		require.NotNil(t, tx.Bucket(layout.FiltersRoot), "created with the file")
+		return tx.DeleteBucket(layout.FiltersRoot)
+	}))
+	require.NoError(t, b.Close())
+
+	_, err = oncekv.Open(path, timeOpts(clock, time.Hour, 24*time.Hour))
+	require.ErrorIs(t, err, oncekv.ErrCorrupt)
+	require.Contains(t, err.Error(), "oncekv.filters")
+	require.Equal(t, uint32(layout.FormatVersion), fileFormat(t, path).Version)
 }
 
 // TestLiveClaimOutlivesRetention: a claim whose lease is longer than

@@ -4,13 +4,39 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Bucket is a user bucket: a named, ordered key/value space with bbolt's
-// semantics. Values it returns are valid only until the transaction ends.
+// semantics, got from Tx.Bucket or Tx.CreateBucketIfNotExists and valid
+// until the transaction ends. It is package bucket's type (see
+// [bucket.Bucket] for the full documentation); its methods are:
+//
+//	Get(key []byte) []byte                                // nil when absent
+//	Put(key, value []byte) error                          // moves a versioned key's version on
+//	Delete(key []byte) error                              // absent is not an error; keeps the fence
+//	PutFenced(key, value []byte, fence uint64) error      // only if fence > Fence(key), else *FenceError
+//	Fence(key []byte) uint64                              // the stored fence, 0 when none
+//	PutIfVersion(key, value []byte, version uint64) error // compare-and-set, else *VersionError
+//	Version(key []byte) uint64                            // for PutIfVersion; 0 when unversioned
+//	ForEach(fn func(key, value []byte) error) error       // every pair in key order
+//	Cursor() *Cursor                                      // see Cursor
+//	NextSequence() (uint64, error)                        // a persisted, strictly increasing id
+//	Name() []byte
+//	Writable() bool
+//
+// Keys are at most [bucket.MaxKeySize] bytes, values [bucket.MaxValueSize].
+// A fence comes from [DB.NextFence], a claim's [Claim.Token], or any number
+// that only grows; see package fence for what the errors mean.
 type Bucket = bucket.Bucket
 
-// Cursor walks a user bucket in key order.
+// Cursor walks a user bucket in key order; keys and values it returns are
+// valid until the transaction ends. It is package bucket's type (see
+// [bucket.Cursor]); its methods are First, Last, Next, Prev and
+// Seek(seek []byte), each returning (key, value []byte), nil keys past
+// either end, and Delete() error, which removes the key the last move
+// returned, keeping its fence like [Bucket.Delete].
 type Cursor = bucket.Cursor
 
 // Tx is a transaction on the user buckets, handed to the functions given to
@@ -19,7 +45,7 @@ type Cursor = bucket.Cursor
 // not be used after that function returns.
 type Tx struct {
 	btx  *bolt.Tx
-	life bucket.Life
+	life base.Life
 	w    *writeTx // the write transaction, nil in a read-only one
 	db   *DB      // set in read-only ones, for Now
 }
@@ -37,7 +63,8 @@ func (tx *Tx) Bucket(name []byte) *Bucket {
 	if tx.life.Ended() {
 		return nil
 	}
-	return bucket.UserBucket(tx.btx, name, &tx.life)
+	b, _ := base.Buckets.Open(tx.btx, name, &tx.life).(*Bucket)
+	return b
 }
 
 // CreateBucketIfNotExists returns the user bucket name, creating it first
@@ -46,7 +73,11 @@ func (tx *Tx) CreateBucketIfNotExists(name []byte) (*Bucket, error) {
 	if err := tx.checkWrite(); err != nil {
 		return nil, err
 	}
-	return bucket.CreateUserBucket(tx.btx, name, &tx.life)
+	b, err := base.Buckets.Create(tx.btx, name, &tx.life)
+	if err != nil {
+		return nil, err
+	}
+	return b.(*Bucket), nil
 }
 
 // DeleteBucket deletes the user bucket name and all its keys. Deleting a
@@ -57,7 +88,7 @@ func (tx *Tx) DeleteBucket(name []byte) error {
 	if err := tx.checkWrite(); err != nil {
 		return err
 	}
-	_, err := bucket.DeleteUserBucket(tx.btx, name)
+	_, err := base.Buckets.Delete(tx.btx, name)
 	return err
 }
 
@@ -66,7 +97,7 @@ func (tx *Tx) ForEachBucket(fn func(name []byte) error) error {
 	if tx.life.Ended() {
 		return ErrTxClosed
 	}
-	return bucket.ForEachUserBucket(tx.btx, fn)
+	return layout.ForEachUserBucket(tx.btx, fn)
 }
 
 func (tx *Tx) checkWrite() error {

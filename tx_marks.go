@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // ErrMarkOwnKey is returned by Tx.Mark called from Apply's effect with the
@@ -62,7 +62,7 @@ func (tx *Tx) LookupMark(req Request) (res Result, found bool, err error) {
 }
 
 // lookup validates req and finds its mark in the open write transaction.
-func (tx *Tx) lookup(req *Request) (*op, *bucket.FoundMark, error) {
+func (tx *Tx) lookup(req *Request) (*op, *layout.FoundMark, error) {
 	if err := tx.checkWrite(); err != nil {
 		return nil, nil, err
 	}
@@ -96,7 +96,7 @@ func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
 		return o.res, o.kind, o.err
 	}
 	resp := bytes.Clone(response)
-	mark := bucket.Mark{State: bucket.Done, PayloadHash: o.hash, Response: resp, FirstSeen: w.now.UnixNano()}
+	mark := layout.Mark{State: layout.Done, PayloadHash: o.hash, Response: resp, FirstSeen: w.now.UnixNano()}
 	window := w.db.placeMark(w.now)
 	if found != nil {
 		// An expired claim is taken over where it was first seen, as Apply
@@ -123,7 +123,7 @@ func (tx *Tx) NextFence(resource string) (uint64, error) {
 	if err := tx.checkWrite(); err != nil {
 		return 0, &resourceError{resource: resource, err: err}
 	}
-	token, err := bucket.NextToken(tx.btx, []byte(resource))
+	token, err := layout.NextToken(tx.btx, []byte(resource))
 	if err != nil {
 		return 0, &resourceError{resource: resource, err: err}
 	}

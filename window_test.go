@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -265,7 +265,7 @@ func TestReopenLoadsSealedFiltersAndRebuildsTheRest(t *testing.T) {
 	b, err := bolt.Open(damaged, 0o600, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		f := tx.Bucket(bucket.FiltersRoot)
+		f := tx.Bucket(layout.FiltersRoot)
 		n := 0
 		require.NoError(t, f.ForEach(func(k, v []byte) error {
 			n++

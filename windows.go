@@ -8,8 +8,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/bloom"
-	"github.com/oncekv/oncekv/bucket"
-	"github.com/oncekv/oncekv/window"
+	"github.com/oncekv/oncekv/internal/layout"
+	"github.com/oncekv/oncekv/internal/windows"
 )
 
 // minFilterKeys is the smallest number of keys a window's filter is planned
@@ -22,20 +22,20 @@ const minFilterKeys = 4096
 // sealed filter that is missing or fails its checksum is rebuilt too (and
 // logged): slower, never wrong.
 func (db *DB) loadWindows(tx *bolt.Tx) error {
-	exp, err := bucket.ReadExpiry(tx)
+	exp, err := layout.ReadExpiry(tx)
 	if err != nil {
 		return err
 	}
 	db.clock.atLeast(exp.ClockHigh)
 	db.clockSaved = exp.ClockHigh
-	var live []*window.Live
+	var live []*windows.Live
 	var buckets []*bolt.Bucket
-	err = bucket.ForEachWindow(tx, false, func(start int64, b *bolt.Bucket) error {
+	err = layout.ForEachWindow(tx, false, func(start int64, b *bolt.Bucket) error {
 		if start < exp.Floor {
 			return nil // expired; Expire finishes deleting it
 		}
-		w := &window.Live{Start: start}
-		w.Marks.Store(int64(bucket.WindowMarks(b)))
+		w := &windows.Live{Start: start}
+		w.Marks.Store(int64(layout.WindowMarks(b)))
 		live = append(live, w)
 		buckets = append(buckets, b)
 		return nil
@@ -43,7 +43,7 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	err = bucket.ForEachLeaseEnd(tx, func(start, end int64) error {
+	err = layout.ForEachLeaseEnd(tx, func(start, end int64) error {
 		for _, w := range live {
 			if w.Start == start {
 				w.LeaseEnd.Store(end)
@@ -67,7 +67,7 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 			}
 		}
 	}
-	db.windows = window.NewSet(live, exp.Floor)
+	db.windows = windows.NewSet(live, exp.Floor)
 	return nil
 }
 
@@ -79,7 +79,7 @@ func (db *DB) newFilter(keys uint64) (*bloom.Filter, error) {
 }
 
 func (db *DB) decodeFilter(tx *bolt.Tx, start int64) *bloom.Filter {
-	raw := bucket.GetFilter(tx, start)
+	raw := layout.GetFilter(tx, start)
 	if raw == nil {
 		return nil
 	}
@@ -114,7 +114,7 @@ func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error)
 // cannot know is a mark written earlier in the same, still open,
 // transaction (an earlier request of the same group or batch), so for a key
 // written in the current transaction the look-up reads every window.
-func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
+func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*layout.FoundMark, error) {
 	return db.findMarkFrom(btx, mkey, math.MinInt64)
 }
 
@@ -126,10 +126,10 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*bucket.FoundMark, error) {
 // find there is not there now. The write path of such a request looks only
 // in the window or two that can still change, so its cost does not grow
 // with the number of live windows.
-func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*bucket.FoundMark, error) {
+func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*layout.FoundMark, error) {
 	floor := db.windows.Floor()
 	if btx.Writable() && db.current != nil && db.current.wrote(mkey) {
-		m, err := bucket.FindMark(btx, mkey, floor)
+		m, err := layout.FindMark(btx, mkey, floor)
 		return db.releaseOrphan(m), err
 	}
 	h := bloom.Sum64(mkey)
@@ -140,11 +140,11 @@ func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*bucket.Found
 			db.countLookup(btx, true)
 			continue
 		}
-		b := btx.Bucket(bucket.WindowName(w.Start))
+		b := btx.Bucket(layout.WindowName(w.Start))
 		if b == nil {
 			continue // created after this snapshot, or being expired
 		}
-		m, err := bucket.GetMark(b, w.Start, mkey)
+		m, err := layout.GetMark(b, w.Start, mkey)
 		if m != nil || err != nil {
 			return db.releaseOrphan(m), err
 		}
@@ -158,7 +158,7 @@ func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*bucket.Found
 // mayHaveMark reports whether any of the live windows might hold mkey:
 // false means the key was certainly never seen (as of the last commit), and
 // the read transaction of the duplicate fast path can be skipped altogether.
-func (db *DB) mayHaveMark(live []*window.Live, mkey []byte) bool {
+func (db *DB) mayHaveMark(live []*windows.Live, mkey []byte) bool {
 	h := bloom.Sum64(mkey)
 	for _, w := range live {
 		if w.Filter == nil || db.filterMayContain(w.Filter, h) {
@@ -180,7 +180,7 @@ func (db *DB) filterMayContain(f *bloom.Filter, h uint64) bool {
 
 // placeMark returns the window a new mark goes into at now.
 func (db *DB) placeMark(now time.Time) int64 {
-	return db.window.Place(now.UnixNano(), db.windows)
+	return db.windows.Place(db.window, now.UnixNano())
 }
 
 // sealLocked persists the filter of the newest window before a newer window
@@ -196,7 +196,7 @@ func (db *DB) sealLocked(btx *bolt.Tx, newStart int64) error {
 	if err != nil {
 		return fmt.Errorf("oncekv: encode window filter: %w", err)
 	}
-	return bucket.PutFilter(btx, newest.Start, enc)
+	return layout.PutFilter(btx, newest.Start, enc)
 }
 
 // learnLocked publishes what a committed transaction wrote: new windows,
@@ -206,7 +206,7 @@ func (db *DB) learnLocked(marked []markedKey) {
 	for _, m := range marked {
 		w := db.windows.Find(m.window)
 		if w == nil {
-			w = &window.Live{Start: m.window}
+			w = &windows.Live{Start: m.window}
 			if db.filtersOn() {
 				var plan uint64
 				if n := db.windows.Newest(); n != nil {
@@ -234,7 +234,7 @@ func (db *DB) learnLocked(marked []markedKey) {
 		}
 		w.Marks.Add(1)
 		if w.Filter != nil {
-			w.Filter.Add(bloom.Sum64(m.mkey))
+			w.Filter.Add(m.hash)
 		}
 	}
 }
@@ -253,18 +253,18 @@ func (db *DB) learnLocked(marked []markedKey) {
 // window's filter learns it after the commit.
 //
 // An IN_PROGRESS mark whose lease ends later than any before it in its
-// window also records that end (bucket.PutLeaseEnd), and expiry keeps the
+// window also records that end (layout.PutLeaseEnd), and expiry keeps the
 // window until then: a lease longer than Retention still keeps its mark.
-func (w *writeTx) rewriteMark(from int64, mkey []byte, m *bucket.Mark) (int64, error) {
+func (w *writeTx) rewriteMark(from int64, mkey []byte, m *layout.Mark) (int64, error) {
 	db := w.db
 	until := w.now.UnixNano() + int64(db.opts.Retention)
-	if m.State == bucket.InProgress {
+	if m.State == layout.InProgress {
 		until = m.LeaseUntil
 	}
 	to := from
 	if db.window.ExpiresAt(from) < until {
 		if to = db.placeMark(w.now); to != from {
-			if _, err := bucket.DeleteMark(w.btx, from, mkey); err != nil {
+			if _, err := layout.DeleteMark(w.btx, from, mkey); err != nil {
 				return 0, err
 			}
 			w.marked = append(w.marked, markedKey{window: from, mkey: mkey, removed: true})
@@ -275,15 +275,15 @@ func (w *writeTx) rewriteMark(from int64, mkey []byte, m *bucket.Mark) (int64, e
 
 // putMarkLeased is putMark for a mark that may hold a lease: see
 // rewriteMark.
-func (w *writeTx) putMarkLeased(window int64, mkey []byte, m *bucket.Mark) error {
+func (w *writeTx) putMarkLeased(window int64, mkey []byte, m *layout.Mark) error {
 	if err := w.putMark(window, mkey, m); err != nil {
 		return err
 	}
-	if m.State != bucket.InProgress || m.LeaseUntil <= w.leaseEnd(window) {
+	if m.State != layout.InProgress || m.LeaseUntil <= w.leaseEnd(window) {
 		return nil
 	}
 	w.marked[len(w.marked)-1].leaseUntil = m.LeaseUntil
-	return bucket.PutLeaseEnd(w.btx, window, m.LeaseUntil)
+	return layout.PutLeaseEnd(w.btx, window, m.LeaseUntil)
 }
 
 // leaseEnd is the latest lease end recorded for window, this transaction's
@@ -313,5 +313,5 @@ func (db *DB) saveClockLocked(w *writeTx) error {
 		return nil
 	}
 	w.clockSaved = true
-	return bucket.WriteExpiry(w.btx, bucket.Expiry{Floor: db.windows.Floor(), ClockHigh: now})
+	return layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.windows.Floor(), ClockHigh: now})
 }

@@ -11,7 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/bloom"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // writeTx is one of oncekv's write transactions, with what it changed in the
@@ -117,9 +117,10 @@ func (l writeLock) Unlock() { <-l }
 type markedKey struct {
 	window     int64
 	mkey       []byte
-	fresh      bool  // a new mark, not a rewrite of one
-	removed    bool  // moved out of window (see rewriteMark)
-	leaseUntil int64 // a new latest lease end of window, recorded; else 0
+	hash       uint64 // bloom.Sum64(mkey), hashed once when the mark is written
+	fresh      bool   // a new mark, not a rewrite of one
+	removed    bool   // moved out of window (see rewriteMark)
+	leaseUntil int64  // a new latest lease end of window, recorded; else 0
 }
 
 // write runs fn in a write transaction and commits it if fn returns nil.
@@ -247,7 +248,7 @@ func (db *DB) crashAt(p crashPoint) {
 }
 
 // putMark writes the mark of mkey in the given window.
-func (w *writeTx) putMark(window int64, mkey []byte, m *bucket.Mark) error {
+func (w *writeTx) putMark(window int64, mkey []byte, m *layout.Mark) error {
 	db := w.db
 	if window < db.windows.Floor() {
 		return fmt.Errorf("oncekv: write mark: window %v has expired", time.Unix(0, window).UTC())
@@ -261,22 +262,23 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *bucket.Mark) error {
 		}
 		w.opened[window] = true
 	}
-	fresh, err := bucket.PutMark(w.btx, window, mkey, m)
+	fresh, err := layout.PutMark(w.btx, window, mkey, m)
 	if err != nil {
 		return err
 	}
-	w.marked = append(w.marked, markedKey{window: window, mkey: mkey, fresh: fresh})
+	h := bloom.Sum64(mkey)
+	w.marked = append(w.marked, markedKey{window: window, mkey: mkey, hash: h, fresh: fresh})
 	if w.written == nil {
 		w.written = map[uint64]struct{}{}
 	}
-	w.written[bloom.Sum64(mkey)] = struct{}{}
+	w.written[h] = struct{}{}
 	return nil
 }
 
 // deleteMark deletes the mark of mkey from window, if there is one; the
 // window's mark count follows once the transaction has committed.
 func (w *writeTx) deleteMark(window int64, mkey []byte) error {
-	deleted, err := bucket.DeleteMark(w.btx, window, mkey)
+	deleted, err := layout.DeleteMark(w.btx, window, mkey)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@
 #
 #   .ci/fuzz.sh                 # every target, 30s each
 #   FUZZTIME=5m .ci/fuzz.sh     # a soak run
-#   .ci/fuzz.sh ./bucket        # only the targets of these packages
+#   .ci/fuzz.sh ./internal/layout  # only the targets of these packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -24,12 +24,6 @@ func BenchmarkSum64(b *testing.B) {
 			sink += bloom.Sum64(benchKey)
 		}
 	})
-	b.Run("pair", func(b *testing.B) {
-		b.SetBytes(int64(len(benchKey)))
-		for b.Loop() {
-			sink += bloom.Sum64Pair(benchKey[:13], benchKey[14:])
-		}
-	})
 	b.Run("stdlib-fnv1a", func(b *testing.B) {
 		b.SetBytes(int64(len(benchKey)))
 		h := fnv.New64a()

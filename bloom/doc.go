@@ -5,10 +5,10 @@
 //
 // # Hashing
 //
-// The filter works on precomputed 64-bit hashes so that a request hashes
-// its (handler, key) scope once, with Sum64Pair, and tests that one value
-// against every window's filter. Sum64 and Sum64Pair are xxHash64 with seed
-// 0: stable across processes, platforms and releases, as persisted filters
+// The filter works on precomputed 64-bit hashes, so that one hash of a key
+// (oncekv hashes the encoded (handler, key) of a mark with Sum64) can be
+// tested against every window's filter. Sum64 is xxHash64 with seed 0:
+// stable across processes, platforms and releases, as persisted filters
 // require.
 //
 // # Layout

@@ -13,7 +13,7 @@ import (
 //	header (32 bytes)
 //	   0  magic          "OKBF"
 //	   4  version        uint8   = 1
-//	   5  hash algorithm uint8   = 1 (xxHash64, seed 0: Sum64, Sum64Pair)
+//	   5  hash algorithm uint8   = 1 (xxHash64, seed 0: Sum64)
 //	   6  reserved       uint16  = 0
 //	   8  fpRate         float64 (IEEE 754 bits)
 //	  16  planned keys   uint64

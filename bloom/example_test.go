@@ -7,17 +7,17 @@ import (
 	"github.com/oncekv/oncekv/bloom"
 )
 
-// Hash each request's (handler, key) scope once, then ask each window's
-// filter; only a "maybe" needs the exact look-up.
+// Hash a key once with Sum64, then ask each window's filter; only a
+// "maybe" needs the exact look-up.
 func ExampleFilter() {
 	f, err := bloom.New(10_000, 0.01)
 	if err != nil {
 		panic(err)
 	}
-	seen := bloom.Sum64Pair([]byte("orders.charge"), []byte("order-1"))
+	seen := bloom.Sum64([]byte("orders.charge/order-1"))
 	f.Add(seen)
 
-	fresh := bloom.Sum64Pair([]byte("orders.charge"), []byte("order-2"))
+	fresh := bloom.Sum64([]byte("orders.charge/order-2"))
 	fmt.Println(f.MayContain(seen))
 	fmt.Println(f.MayContain(fresh))
 	// Output:

@@ -45,7 +45,7 @@ const (
 type block [blockWords]atomic.Uint64
 
 // Filter is a scalable, cache-line-blocked Bloom filter over precomputed
-// 64-bit hashes (see Sum64 and Sum64Pair).
+// 64-bit hashes (see Sum64).
 //
 // It answers "definitely not added" (MayContain returns false) or "maybe
 // added". It never forgets: once Add(h) has returned, every later

@@ -16,11 +16,11 @@ import (
 
 // keyHash hashes the i-th key of a namespace the way oncekv hashes a
 // request: a handler name and a 36-byte, UUID-like key. Going through
-// Sum64Pair tests the hash and the filter together.
+// Sum64 tests the hash and the filter together.
 func keyHash(namespace string, i uint64) uint64 {
-	var buf [48]byte
-	key := strconv.AppendUint(append(buf[:0], "3f6c1d52-5b1e-4a43-9d55-"...), i, 16)
-	return bloom.Sum64Pair([]byte(namespace), key)
+	var buf [96]byte
+	key := strconv.AppendUint(append(append(buf[:0], namespace...), "3f6c1d52-5b1e-4a43-9d55-"...), i, 16)
+	return bloom.Sum64(key)
 }
 
 // newSeededRand returns a PRNG and logs its seed so a failure can be

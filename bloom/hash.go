@@ -29,37 +29,6 @@ func Sum64(b []byte) uint64 {
 	return sum64Seed(b, 0)
 }
 
-// Sum64Pair returns the hash of the pair (a, b) without allocating. It
-// equals Sum64 of the byte string
-//
-//	uvarint(len(a)) || a || b
-//
-// where uvarint is encoding/binary's unsigned varint. The length prefix
-// makes the pair unambiguous: ("ab", "c") and ("a", "bc") hash differently.
-// It is meant for hashing a (handler, key) dedup scope once per request.
-func Sum64Pair(a, b []byte) uint64 {
-	var buf [pairBufLen]byte
-	n := binary.PutUvarint(buf[:], uint64(len(a)))
-	if n+len(a)+len(b) <= len(buf) {
-		// Typical scopes are short: copying them next to each other on
-		// the stack and hashing once is twice as fast as streaming them
-		// through a digest.
-		n += copy(buf[n:], a)
-		n += copy(buf[n:], b)
-		return sum64Seed(buf[:n], 0)
-	}
-	var d digest
-	d.reset(0)
-	d.write(buf[:n])
-	d.write(a)
-	d.write(b)
-	return d.sum()
-}
-
-// pairBufLen is the longest length-prefixed pair Sum64Pair hashes from a
-// stack copy; longer ones are streamed.
-const pairBufLen = 128
-
 // sum64Seed is the one-shot xxHash64. The seed is only exercised by the
 // reference test vectors; the filter format fixes it at 0.
 func sum64Seed(b []byte, seed uint64) uint64 {
@@ -82,24 +51,11 @@ func sum64Seed(b []byte, seed uint64) uint64 {
 	return finish(h+total, b)
 }
 
-func initLanes(seed uint64) [4]uint64 {
-	return [4]uint64{seed + prime1 + prime2, seed + prime2, seed, seed - prime1}
-}
-
 // round folds one 8-byte lane input into an accumulator.
 func round(acc, in uint64) uint64 {
 	acc += in * prime2
 	acc = bits.RotateLeft64(acc, 31)
 	return acc * prime1
-}
-
-// stripe consumes the first 32 bytes of b; the caller guarantees the length.
-func stripe(v *[4]uint64, b []byte) {
-	_ = b[stripeLen-1] // one bounds check for the four loads below
-	v[0] = round(v[0], binary.LittleEndian.Uint64(b[0:8]))
-	v[1] = round(v[1], binary.LittleEndian.Uint64(b[8:16]))
-	v[2] = round(v[2], binary.LittleEndian.Uint64(b[16:24]))
-	v[3] = round(v[3], binary.LittleEndian.Uint64(b[24:32]))
 }
 
 // mergeLanes collapses the four lanes once the input had at least one stripe.
@@ -136,48 +92,4 @@ func finish(h uint64, tail []byte) uint64 {
 	h *= prime3
 	h ^= h >> 32
 	return h
-}
-
-// digest is a streaming xxHash64 that produces the same value as sum64Seed
-// over the concatenation of everything written. It is a plain value so that
-// Sum64Pair can keep it on the stack.
-type digest struct {
-	lanes [4]uint64
-	seed  uint64
-	total uint64
-	buf   [stripeLen]byte
-	nbuf  int // bytes of buf in use, always < stripeLen between writes
-}
-
-func (d *digest) reset(seed uint64) {
-	*d = digest{lanes: initLanes(seed), seed: seed}
-}
-
-func (d *digest) write(b []byte) {
-	d.total += uint64(len(b))
-	if d.nbuf+len(b) < stripeLen {
-		d.nbuf += copy(d.buf[d.nbuf:], b)
-		return
-	}
-	if d.nbuf > 0 {
-		n := copy(d.buf[d.nbuf:], b)
-		stripe(&d.lanes, d.buf[:])
-		b = b[n:]
-		d.nbuf = 0
-	}
-	for len(b) >= stripeLen {
-		stripe(&d.lanes, b)
-		b = b[stripeLen:]
-	}
-	d.nbuf = copy(d.buf[:], b)
-}
-
-func (d *digest) sum() uint64 {
-	var h uint64
-	if d.total >= stripeLen {
-		h = mergeLanes(d.lanes)
-	} else {
-		h = d.seed + prime5
-	}
-	return finish(h+d.total, d.buf[:d.nbuf])
 }

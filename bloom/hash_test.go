@@ -1,9 +1,7 @@
 package bloom_test
 
 import (
-	"encoding/binary"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,33 +34,4 @@ func TestSum64Vectors(t *testing.T) {
 			require.Equal(t, tc.want, bloom.Sum64([]byte(tc.in)))
 		})
 	}
-}
-
-func TestSum64PairIsLengthPrefixedConcatenation(t *testing.T) {
-	for _, tc := range []struct{ a, b string }{
-		{"", ""},
-		{"handler", ""},
-		{"", "key"},
-		{"orders.charge", "3f6c1d52-5b1e-4a43-9d55-0f8a8a1ad0c1"},
-		{string(make([]byte, 200)), "k"}, // two-byte varint, several stripes
-		{"h", string(make([]byte, 95))},
-		// Either side of the longest pair hashed from a stack copy (128).
-		{strings.Repeat("h", 100), strings.Repeat("k", 27)},
-		{strings.Repeat("h", 100), strings.Repeat("k", 28)},
-	} {
-		want := binary.AppendUvarint(nil, uint64(len(tc.a)))
-		want = append(append(want, tc.a...), tc.b...)
-		require.Equal(t, bloom.Sum64(want), bloom.Sum64Pair([]byte(tc.a), []byte(tc.b)))
-	}
-
-	// The prefix is what keeps the scope unambiguous.
-	require.NotEqual(t,
-		bloom.Sum64Pair([]byte("ab"), []byte("c")),
-		bloom.Sum64Pair([]byte("a"), []byte("bc")))
-}
-
-func TestSum64PairDoesNotAllocate(t *testing.T) {
-	h, k := []byte("orders.charge"), []byte("3f6c1d52-5b1e-4a43-9d55-0f8a8a1ad0c1")
-	allocs := testing.AllocsPerRun(100, func() { bloom.Sum64Pair(h, k) })
-	require.Zero(t, allocs)
 }

@@ -1,31 +1,15 @@
-// Package bucket owns oncekv's on-disk layout inside the bbolt file: the
-// system buckets that hold dedup marks and metadata, the user namespace that
-// application code writes to, and the versioned, checksummed msgpack codecs
-// of every system record.
+// Package bucket is the user's side of an oncekv file: [Bucket], a named
+// key/value space with bbolt's semantics, and [Cursor], which walks one in
+// key order. Buckets come from a transaction (oncekv.Tx.Bucket,
+// Tx.CreateBucketIfNotExists) and are valid until it ends; the root
+// package re-exports both types as oncekv.Bucket and oncekv.Cursor.
 //
-// # Layout
+// On top of bbolt's Get, Put and Delete, a key may carry a fence
+// ([Bucket.PutFenced], [Bucket.Fence]) that refuses a stale writer, and a
+// version ([Bucket.PutIfVersion], [Bucket.Version]) for compare-and-set;
+// the errors they return are in package fence.
 //
-// Every bucket sits at the root of the bbolt file, under one of two
-// disjoint name prefixes:
-//
-//	oncekv.meta               format record (magic, format version, creation
-//	                          time) and expiry record (the expiry floor)
-//	oncekv.fences             per-resource fencing-token counters and per-key fences
-//	oncekv.filters            the Bloom filters of sealed windows, by window start
-//	oncekv.window/<8 bytes>   one bucket per time window, named by the window's
-//	                          start as a sortable big-endian integer; inside, one
-//	                          mark per (handler, key)
-//	u/<name>                  the user bucket <name>
-//
-// User code reaches user buckets only through [Bucket], and every name it
-// passes is put behind the "u/" prefix, so no user call can name, read or
-// overwrite a system bucket, whatever name it passes. The layout is flat
-// because each level of bucket nesting is one more page written per commit.
-//
-// # Records
-//
-// A system record is a format-version byte, a msgpack body and a CRC-32C of
-// both. Decoding checks all three and reports a *[RecordError] naming the
-// bucket and key, so corruption inside a record is an error, never a panic
-// and never a silently wrong value.
+// oncekv's own records (dedup marks, fences, metadata) live in system
+// buckets that no name passed here can reach: every user bucket name is put
+// behind a prefix that no system bucket has.
 package bucket

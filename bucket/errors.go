@@ -1,92 +1,46 @@
 package bucket
 
 import (
-	"errors"
-	"fmt"
+	bolt "go.etcd.io/bbolt"
 
-	bolterrors "go.etcd.io/bbolt/errors"
+	"github.com/oncekv/oncekv/internal/base"
 )
 
-// Errors returned for bad input to a user bucket. The root package re-exports
-// them, so callers test them with errors.Is against oncekv.ErrKeyRequired and
-// the like.
+// Errors returned for bad input to a user bucket. The root package
+// re-exports them too, so callers may test them with errors.Is against
+// either bucket.ErrKeyRequired or oncekv.ErrKeyRequired: they are the same
+// values.
 var (
 	// ErrBucketNameRequired: a user bucket name was empty.
-	ErrBucketNameRequired = errors.New("oncekv: bucket name required")
+	ErrBucketNameRequired = base.ErrBucketNameRequired
 	// ErrKeyRequired: a key was empty.
-	ErrKeyRequired = errors.New("oncekv: key required")
-	// ErrKeyTooLarge: a key (or a mark's handler and key) exceeds bbolt's
-	// 32768-byte key limit.
-	ErrKeyTooLarge = errors.New("oncekv: key too large")
-	// ErrValueTooLarge: a value exceeds bbolt's value limit.
-	ErrValueTooLarge = errors.New("oncekv: value too large")
+	ErrKeyRequired = base.ErrKeyRequired
+	// ErrKeyTooLarge: a key (or a bucket name) exceeds MaxKeySize
+	// (MaxBucketNameSize).
+	ErrKeyTooLarge = base.ErrKeyTooLarge
+	// ErrValueTooLarge: a value exceeds MaxValueSize.
+	ErrValueTooLarge = base.ErrValueTooLarge
 	// ErrTxNotWritable: a write was attempted in a read-only transaction.
-	ErrTxNotWritable = errors.New("oncekv: transaction not writable")
-	// ErrTxClosed: a transaction or a bucket obtained from it was used after
-	// the function given to Update, View or Apply returned.
-	ErrTxClosed = errors.New("oncekv: transaction closed")
+	ErrTxNotWritable = base.ErrTxNotWritable
+	// ErrTxClosed: a bucket or cursor was used after the function given to
+	// Update, View or Apply returned.
+	ErrTxClosed = base.ErrTxClosed
 	// ErrIncompatibleValue: a bucket operation met a nested bucket where it
 	// expected a value, or the reverse.
-	ErrIncompatibleValue = errors.New("oncekv: incompatible value")
+	ErrIncompatibleValue = base.ErrIncompatibleValue
+	// ErrCorrupt: a record the operation needed (a key's fence record, the
+	// system bucket of fences) failed validation. The error is then an
+	// *oncekv.RecordError naming the bucket and key where one is known.
+	ErrCorrupt = base.ErrCorrupt
 )
 
-// Errors about the file and its records.
-var (
-	// ErrCorrupt: a record or structure in the file failed validation.
-	ErrCorrupt = errors.New("oncekv: corrupt database")
-	// ErrFormatVersion: the file was written by a newer oncekv format.
-	ErrFormatVersion = errors.New("oncekv: unsupported file format version")
+// Size limits, bbolt's own.
+const (
+	// MaxKeySize is the largest key a bucket stores.
+	MaxKeySize = bolt.MaxKeySize
+	// MaxValueSize is the largest value a bucket stores.
+	MaxValueSize = bolt.MaxValueSize
+	// MaxBucketNameSize is the longest bucket name: MaxKeySize less the
+	// prefix that keeps user buckets apart from oncekv's own.
+	MaxBucketNameSize = MaxKeySize - 2
 )
-
-// RecordError reports a system record that failed to decode, naming where it
-// lives. It matches ErrCorrupt with errors.Is.
-type RecordError struct {
-	Bucket string // the bucket holding the record, for example "oncekv.marks/…"
-	Key    string // the record's key, quoted when printed
-	Err    error  // what was wrong
-}
-
-// Error implements error.
-func (e *RecordError) Error() string {
-	return fmt.Sprintf("oncekv: record %q in bucket %q does not decode: %v", clip(e.Key), e.Bucket, e.Err)
-}
-
-// Unwrap lets errors.Is see both ErrCorrupt and the underlying cause.
-func (e *RecordError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
-
-// mapBoltErr turns bbolt's bad-input errors into this package's, so users
-// see one vocabulary whatever layer noticed the problem.
-func mapBoltErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, bolterrors.ErrBucketNameRequired):
-		return ErrBucketNameRequired
-	case errors.Is(err, bolterrors.ErrKeyRequired):
-		return ErrKeyRequired
-	case errors.Is(err, bolterrors.ErrKeyTooLarge):
-		return ErrKeyTooLarge
-	case errors.Is(err, bolterrors.ErrValueTooLarge):
-		return ErrValueTooLarge
-	case errors.Is(err, bolterrors.ErrTxNotWritable):
-		return ErrTxNotWritable
-	case errors.Is(err, bolterrors.ErrTxClosed):
-		return ErrTxClosed
-	case errors.Is(err, bolterrors.ErrIncompatibleValue):
-		return ErrIncompatibleValue
-	}
-	return err
-}
-
-// clip shortens a key for an error message: keys may be 32 KiB, and a message
-// that long helps nobody.
-func clip(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
-}
-
-// Clip is [clip] for other packages that print keys in errors.
-func Clip(s string) string { return clip(s) }

@@ -5,45 +5,32 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/fence"
+	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/fences"
 )
 
-// Life is the state that the buckets and cursors of one transaction share.
-// Above all it tells them whether that transaction is still open. bbolt
-// unmaps its pages when the database closes, so touching a bucket after its
-// transaction ended could read freed memory; every user-facing call checks
-// Life first and fails cleanly instead.
-type Life struct {
-	ended atomic.Bool
-	// rejected counts the fenced and versioned writes refused in the
-	// transaction, for the store's statistics.
-	rejected atomic.Uint64
-	// keys holds the fence records of each user bucket the transaction
-	// touched, by name. Every handle on a bucket shares them, so that a
-	// look-up of its records that found none can be kept: only a write
-	// through the same records can create them. bbolt transactions are used
-	// by one goroutine at a time, and so is this map.
-	keys map[string]*fence.Keys
+// The root package builds user buckets through these; see base.Buckets.
+func init() {
+	base.Buckets.Open = func(tx *bolt.Tx, name []byte, life *base.Life) any {
+		if b := open(tx, name, life); b != nil {
+			return b
+		}
+		return (*Bucket)(nil)
+	}
+	base.Buckets.Create = func(tx *bolt.Tx, name []byte, life *base.Life) (any, error) {
+		return create(tx, name, life)
+	}
+	base.Buckets.Delete = drop
 }
 
-// End marks the transaction finished.
-func (l *Life) End() { l.ended.Store(true) }
-
-// Ended reports whether the transaction has finished.
-func (l *Life) Ended() bool { return l.ended.Load() }
-
-// Rejected returns how many fenced or versioned writes the transaction
-// refused (ErrFenced, ErrVersionConflict, ErrUnversioned).
-func (l *Life) Rejected() uint64 { return l.rejected.Load() }
-
-// Bucket is a user bucket: a named key/value space behind the "u/" prefix. It has
-// bbolt's semantics: keys sort bytewise, a value returned by Get or a cursor
-// is valid only until the transaction ends, and writes need a writable
-// transaction.
+// Bucket is a user bucket: a named key/value space, apart from oncekv's
+// own. It has bbolt's semantics: keys sort bytewise, a value returned by
+// Get or a cursor is valid only until the transaction ends, and writes need
+// a writable transaction.
 //
 // On top of them, a key may carry a fence and a version (see PutFenced and
 // PutIfVersion), kept in the system bucket of fences where no user call
@@ -51,62 +38,48 @@ func (l *Life) Rejected() uint64 { return l.rejected.Load() }
 type Bucket struct {
 	b    *bolt.Bucket
 	name []byte
-	life *Life
-	keys *fence.Keys // the fences and versions of the keys; opened on first use
+	life *base.Life
+	keys *fences.Keys // the fences and versions of the keys; opened on first use
 }
 
-// UserBucket returns the user bucket name, or nil when it does not exist.
-func UserBucket(tx *bolt.Tx, name []byte, life *Life) *Bucket {
+// open returns the user bucket name, or nil when it does not exist.
+func open(tx *bolt.Tx, name []byte, life *base.Life) *Bucket {
 	if len(name) == 0 || len(name) > MaxBucketNameSize {
 		return nil
 	}
-	b := tx.Bucket(userName(name))
+	b := tx.Bucket(base.UserName(name))
 	if b == nil {
 		return nil
 	}
 	return &Bucket{b: b, name: bytes.Clone(name), life: life}
 }
 
-// CreateUserBucket returns the user bucket name, creating it if needed.
-func CreateUserBucket(tx *bolt.Tx, name []byte, life *Life) (*Bucket, error) {
+// create returns the user bucket name, creating it if needed.
+func create(tx *bolt.Tx, name []byte, life *base.Life) (*Bucket, error) {
 	if err := checkBucketName(name); err != nil {
 		return nil, err
 	}
-	b, err := tx.CreateBucketIfNotExists(userName(name))
+	b, err := tx.CreateBucketIfNotExists(base.UserName(name))
 	if err != nil {
-		return nil, fmt.Errorf("oncekv: create bucket %q: %w", clip(string(name)), mapBoltErr(err))
+		return nil, fmt.Errorf("oncekv: create bucket %q: %w", base.Clip(string(name)), base.MapBoltErr(err))
 	}
 	return &Bucket{b: b, name: bytes.Clone(name), life: life}, nil
 }
 
-// DeleteUserBucket deletes the user bucket name and everything in it. It
-// reports whether the bucket existed.
-func DeleteUserBucket(tx *bolt.Tx, name []byte) (bool, error) {
+// drop deletes the user bucket name and everything in it. It reports
+// whether the bucket existed.
+func drop(tx *bolt.Tx, name []byte) (bool, error) {
 	if err := checkBucketName(name); err != nil {
 		return false, err
 	}
-	full := userName(name)
+	full := base.UserName(name)
 	if tx.Bucket(full) == nil {
 		return false, nil
 	}
 	if err := tx.DeleteBucket(full); err != nil {
-		return false, fmt.Errorf("oncekv: delete bucket %q: %w", clip(string(name)), mapBoltErr(err))
+		return false, fmt.Errorf("oncekv: delete bucket %q: %w", base.Clip(string(name)), base.MapBoltErr(err))
 	}
 	return true, nil
-}
-
-// ForEachUserBucket calls fn with the name of every user bucket, in order.
-func ForEachUserBucket(tx *bolt.Tx, fn func(name []byte) error) error {
-	c := tx.Cursor()
-	for k, v := c.Seek(UserPrefix); k != nil && bytes.HasPrefix(k, UserPrefix); k, v = c.Next() {
-		if v != nil {
-			continue // the root holds only buckets
-		}
-		if err := fn(k[len(UserPrefix):]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func checkBucketName(name []byte) error {
@@ -179,7 +152,7 @@ func (b *Bucket) Delete(key []byte) error {
 // ErrInvalidFence. Each PutFenced also moves the key's version on, like
 // every other write.
 func (b *Bucket) PutFenced(key, value []byte, fence uint64) error {
-	return b.putAdmitted("put fenced", key, value, func(k *fenceKeys) error { return k.Fenced(key, fence) })
+	return b.putAdmitted("put fenced", key, value, func(k *fences.Keys) error { return k.Fenced(key, fence) })
 }
 
 // Fence returns the fence stored with key, or 0 when it has none. Deleting a
@@ -211,19 +184,15 @@ func (b *Bucket) Version(key []byte) uint64 { return b.record(key).Version }
 // key under versions in one transaction that deletes it and puts it again
 // with version 0 (or writes it with PutFenced).
 func (b *Bucket) PutIfVersion(key, value []byte, version uint64) error {
-	return b.putAdmitted("put if version", key, value, func(k *fenceKeys) error {
+	return b.putAdmitted("put if version", key, value, func(k *fences.Keys) error {
 		return k.IfVersion(key, version, b.b.Get(key) != nil)
 	})
 }
 
-// fenceKeys lets methods whose fence parameter shadows the package name
-// still name its type.
-type fenceKeys = fence.Keys
-
 // putAdmitted writes value to key if admit, which checks and records the
 // key's fence or version, lets it. Every input is checked before admit
 // writes its record, so an error changes nothing.
-func (b *Bucket) putAdmitted(op string, key, value []byte, admit func(*fence.Keys) error) error {
+func (b *Bucket) putAdmitted(op string, key, value []byte, admit func(*fences.Keys) error) error {
 	if err := b.checkPut(key, value); err != nil {
 		return err
 	}
@@ -233,7 +202,7 @@ func (b *Bucket) putAdmitted(op string, key, value []byte, admit func(*fence.Key
 	}
 	if err := admit(keys); err != nil {
 		if errors.Is(err, fence.ErrFenced) || errors.Is(err, fence.ErrVersionConflict) || errors.Is(err, fence.ErrUnversioned) {
-			b.life.rejected.Add(1)
+			b.life.Reject()
 		}
 		return b.wrap(op, key, err)
 	}
@@ -251,35 +220,27 @@ func (b *Bucket) touch(op string, key []byte) error {
 }
 
 // fences returns the fence records of the bucket's keys.
-func (b *Bucket) fences() (*fence.Keys, error) {
+func (b *Bucket) fences() (*fences.Keys, error) {
 	if b.keys != nil {
 		return b.keys, nil
 	}
-	if k := b.life.keys[string(b.name)]; k != nil {
-		b.keys = k
-		return k, nil
+	root := b.b.Tx().Bucket(fences.Root)
+	if root == nil {
+		return nil, fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, fences.Root)
 	}
-	root, err := fencesRoot(b.b.Tx())
-	if err != nil {
-		return nil, err
-	}
-	if b.life.keys == nil {
-		b.life.keys = make(map[string]*fence.Keys)
-	}
-	b.keys = fence.OpenKeys(root, b.name)
-	b.life.keys[string(b.name)] = b.keys
+	b.keys = b.life.Keys(root, b.name)
 	return b.keys, nil
 }
 
 // record returns key's fence record, zero when it has none or it cannot be
 // read.
-func (b *Bucket) record(key []byte) fence.Record {
+func (b *Bucket) record(key []byte) fences.Record {
 	if b.life.Ended() || len(key) == 0 {
-		return fence.Record{}
+		return fences.Record{}
 	}
 	keys, err := b.fences()
 	if err != nil {
-		return fence.Record{}
+		return fences.Record{}
 	}
 	r, _, _ := keys.Get(key) // zero on a decode error, which writes report
 	return r
@@ -290,7 +251,7 @@ func (b *Bucket) checkPut(key, value []byte) error {
 		return err
 	}
 	if len(value) > MaxValueSize {
-		return fmt.Errorf("value of %d bytes in bucket %q: %w", len(value), clip(string(b.name)), ErrValueTooLarge)
+		return fmt.Errorf("value of %d bytes in bucket %q: %w", len(value), base.Clip(string(b.name)), ErrValueTooLarge)
 	}
 	return nil
 }
@@ -324,7 +285,7 @@ func (b *Bucket) NextSequence() (uint64, error) {
 		return 0, ErrTxClosed
 	}
 	n, err := b.b.NextSequence()
-	return n, mapBoltErr(err)
+	return n, base.MapBoltErr(err)
 }
 
 func (b *Bucket) checkWrite(key []byte) error {
@@ -336,7 +297,7 @@ func (b *Bucket) checkWrite(key []byte) error {
 	case len(key) == 0:
 		return ErrKeyRequired
 	case len(key) > MaxKeySize:
-		return fmt.Errorf("key of %d bytes in bucket %q: %w", len(key), clip(string(b.name)), ErrKeyTooLarge)
+		return fmt.Errorf("key of %d bytes in bucket %q: %w", len(key), base.Clip(string(b.name)), ErrKeyTooLarge)
 	}
 	return nil
 }
@@ -345,7 +306,7 @@ func (b *Bucket) wrap(op string, key []byte, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &keyError{op: op, key: clip(string(key)), bucket: clip(string(b.name)), err: fenceError(err)}
+	return &keyError{op: op, key: base.Clip(string(key)), bucket: base.Clip(string(b.name)), err: base.FenceError(err)}
 }
 
 // keyError names the operation, key and bucket of an error. Its message
@@ -366,7 +327,7 @@ func (e *keyError) Unwrap() error { return e.err }
 type Cursor struct {
 	c    *bolt.Cursor
 	b    *Bucket
-	life *Life
+	life *base.Life
 	key  []byte // the key under the cursor, as the last move returned it
 }
 
@@ -404,7 +365,7 @@ func (c *Cursor) Delete() error {
 		return err
 	}
 	c.key = nil // bbolt now points at the next key, which the caller has not seen
-	return mapBoltErr(c.c.Delete())
+	return base.MapBoltErr(c.c.Delete())
 }
 
 func (c *Cursor) step(move func() ([]byte, []byte)) ([]byte, []byte) {

@@ -57,20 +57,3 @@ func (e *VersionError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrVersionConflict) true.
 func (e *VersionError) Unwrap() error { return ErrVersionConflict }
-
-// RecordError is a record of the fences bucket that failed to decode. The
-// caller, which knows the bucket's name, reports it with its own record
-// error type.
-type RecordError struct {
-	Bucket []byte // the sub-bucket holding it, nil for the fences bucket itself
-	Key    []byte // the record's key in that bucket
-	Err    error  // what was wrong
-}
-
-// Error implements error.
-func (e *RecordError) Error() string {
-	return fmt.Sprintf("oncekv: fence record %q in %q does not decode: %v", e.Key, e.Bucket, e.Err)
-}
-
-// Unwrap returns what was wrong.
-func (e *RecordError) Unwrap() error { return e.Err }

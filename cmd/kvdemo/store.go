@@ -11,7 +11,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // bankBucket is the user bucket holding one balance per account, stored as a
@@ -54,7 +54,7 @@ func checkStore(path string) (exists bool, err error) {
 		return true, &notStoreError{path, fmt.Sprintf("not a bbolt file: %v", err)}
 	}
 	defer b.Close()
-	if err := b.View(bucket.Check); err != nil {
+	if err := b.View(layout.Check); err != nil {
 		if errors.Is(err, oncekv.ErrNotOncekv) {
 			return true, &notStoreError{path, fmt.Sprintf("a bbolt file of another program: %v", err)}
 		}

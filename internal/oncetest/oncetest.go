@@ -14,7 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Open opens a store in t.TempDir() with opts (nil for defaults) and
@@ -54,12 +54,12 @@ func Check(t testing.TB, path string) {
 		if k, _ := tx.Cursor().First(); k == nil {
 			return nil // no bucket at all: Open makes it a new store
 		}
-		if err := bucket.Check(tx); err != nil {
+		if err := layout.Check(tx); err != nil {
 			return err
 		}
-		return bucket.ForEachWindow(tx, false, func(_ int64, w *bolt.Bucket) error {
+		return layout.ForEachWindow(tx, false, func(_ int64, w *bolt.Bucket) error {
 			return w.ForEach(func(k, v []byte) error {
-				var m bucket.Mark
+				var m layout.Mark
 				return m.Unmarshal(v)
 			})
 		})

@@ -1,9 +1,15 @@
-package window
+// Package windows is the store's in-memory view of its live time windows:
+// for each, its start, its mark count, its latest lease end and its Bloom
+// filter, published so that readers never block. The window arithmetic it
+// places marks with is package window.
+package windows
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/oncekv/oncekv/bloom"
+	"github.com/oncekv/oncekv/window"
 )
 
 // Live is one live window as the process sees it: where its marks are, how
@@ -98,18 +104,19 @@ func (s *Set) DropBelow(floor int64) []*Live {
 	return old[:i]
 }
 
-// Place returns the window start for a mark first seen at now. Time may go
+// Place returns the start of the window of c for a mark first seen at now
+// (Unix nanoseconds). Time may go
 // backwards (NTP steps, a VM restored from a snapshot, a fake clock in a
 // test), so the mark goes no earlier than the newest window and never below
 // the expiry floor: a new mark must never land in a window that has sealed
 // its filter or already expired.
-func (c Config) Place(now int64, s *Set) int64 {
-	start := c.startOf(now)
+func (s *Set) Place(c window.Config, now int64) int64 {
+	start := c.Start(time.Unix(0, now))
 	if n := s.Newest(); n != nil && n.Start > start {
 		start = n.Start
 	}
 	if f := s.Floor(); f > start {
-		start = c.startOf(f)
+		start = c.Start(time.Unix(0, f))
 		if start < f {
 			start += int64(c.Span)
 		}

@@ -1,4 +1,4 @@
-package bucket
+package layout
 
 import (
 	"encoding/binary"
@@ -6,9 +6,10 @@ import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/oncekv/oncekv/internal/record"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 // expiryKey holds the expiry record in MetaRoot.
@@ -51,14 +52,14 @@ func ReadExpiry(tx *bolt.Tx) (Expiry, error) {
 	e := Expiry{Floor: minInt64, ClockHigh: minInt64}
 	meta := tx.Bucket(MetaRoot)
 	if meta == nil {
-		return e, fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, MetaRoot)
+		return e, fmt.Errorf("%w: system bucket %q is missing", base.ErrCorrupt, MetaRoot)
 	}
 	raw := meta.Get(expiryKey)
 	if raw == nil {
 		return e, nil
 	}
 	if err := e.Unmarshal(raw); err != nil {
-		return e, &RecordError{Bucket: string(MetaRoot), Key: string(expiryKey), Err: err}
+		return e, &base.RecordError{Bucket: string(MetaRoot), Key: string(expiryKey), Err: err}
 	}
 	return e, nil
 }
@@ -107,63 +108,67 @@ func unsealInt64(raw []byte) (v int64, err error) {
 
 // ReadSpan returns the window span the file's windows were made with, in
 // nanoseconds. A file of the legacy format, written before the span was
-// stored, reports legacy and a zero span: see [UpgradeSpan].
+// stored, reports legacy and a zero span: see [Upgrade].
 func ReadSpan(tx *bolt.Tx) (span int64, legacy bool, err error) {
 	meta := tx.Bucket(MetaRoot)
 	if meta == nil {
-		return 0, false, fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, MetaRoot)
+		return 0, false, fmt.Errorf("%w: system bucket %q is missing", base.ErrCorrupt, MetaRoot)
 	}
 	var f Format
 	if err := f.Unmarshal(meta.Get(formatKey)); err != nil {
-		return 0, false, &RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+		return 0, false, &base.RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
 	}
 	raw := meta.Get(windowsKey)
 	switch {
 	case raw == nil && f.Version <= legacyFormat:
 		return 0, true, nil
 	case raw == nil:
-		return 0, false, fmt.Errorf("%w: format %d file has no %q record in %s", ErrCorrupt, f.Version, windowsKey, MetaRoot)
+		return 0, false, fmt.Errorf("%w: format %d file has no %q record in %s", base.ErrCorrupt, f.Version, windowsKey, MetaRoot)
 	}
 	var w Windows
 	if err = w.Unmarshal(raw); err != nil {
-		return 0, false, &RecordError{Bucket: string(MetaRoot), Key: string(windowsKey), Err: err}
+		return 0, false, &base.RecordError{Bucket: string(MetaRoot), Key: string(windowsKey), Err: err}
 	}
 	return w.Span, false, nil
 }
 
-// UpgradeSpan records span as the window span of a legacy file and moves
-// the file to the current format, so that older builds, which would ignore
-// the stored span, refuse it.
-func UpgradeSpan(tx *bolt.Tx, span int64) error {
+// Upgrade moves a legacy (version 1) file to the current format: it records
+// span as the file's window span, creates the filters bucket if the file
+// lacks it, and writes the new format version, so that older builds, which
+// would ignore the stored span, refuse the file.
+func Upgrade(tx *bolt.Tx, span int64) error {
 	meta := tx.Bucket(MetaRoot)
 	var f Format
 	if err := f.Unmarshal(meta.Get(formatKey)); err != nil {
-		return &RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+		return &base.RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+	}
+	if _, err := tx.CreateBucketIfNotExists(FiltersRoot); err != nil {
+		return base.MapBoltErr(err)
 	}
 	f.Version = FormatVersion
 	if err := meta.Put(windowsKey, Windows{Span: span}.Marshal()); err != nil {
-		return mapBoltErr(err)
+		return base.MapBoltErr(err)
 	}
-	return mapBoltErr(meta.Put(formatKey, f.Marshal()))
+	return base.MapBoltErr(meta.Put(formatKey, f.Marshal()))
 }
 
 // WriteExpiry stores the expiry record.
 func WriteExpiry(tx *bolt.Tx, e Expiry) error {
-	return mapBoltErr(tx.Bucket(MetaRoot).Put(expiryKey, e.Marshal()))
+	return base.MapBoltErr(tx.Bucket(MetaRoot).Put(expiryKey, e.Marshal()))
 }
 
 func filterKey(start int64) []byte {
 	return binary.BigEndian.AppendUint64(nil, uint64(start)^(1<<63))
 }
 
-// filters returns the filters bucket, creating it in a writable
-// transaction: files created before it existed lack it.
+// filters returns the filters bucket. Every file a writable DB has open has
+// one (Init creates it, Upgrade adds it to a version 1 file, Check
+// requires it of a version 2 one), so its absence is corruption.
 func filters(tx *bolt.Tx) (*bolt.Bucket, error) {
-	if b := tx.Bucket(FiltersRoot); b != nil || !tx.Writable() {
+	if b := tx.Bucket(FiltersRoot); b != nil {
 		return b, nil
 	}
-	b, err := tx.CreateBucket(FiltersRoot)
-	return b, mapBoltErr(err)
+	return nil, fmt.Errorf("%w: system bucket %q is missing", base.ErrCorrupt, FiltersRoot)
 }
 
 // PutFilter stores the encoded filter of the window starting at start. The
@@ -173,7 +178,7 @@ func PutFilter(tx *bolt.Tx, start int64, encoded []byte) error {
 	if err != nil {
 		return err
 	}
-	return mapBoltErr(b.Put(filterKey(start), encoded))
+	return base.MapBoltErr(b.Put(filterKey(start), encoded))
 }
 
 // GetFilter returns the stored filter of the window starting at start,
@@ -192,10 +197,10 @@ func GetFilter(tx *bolt.Tx, start int64) []byte {
 // DeleteFilter removes the stored filter of the window starting at start.
 func DeleteFilter(tx *bolt.Tx, start int64) error {
 	b, err := filters(tx)
-	if err != nil || b == nil {
+	if err != nil {
 		return err
 	}
-	return mapBoltErr(b.Delete(filterKey(start)))
+	return base.MapBoltErr(b.Delete(filterKey(start)))
 }
 
 // leases returns the lease-ends bucket, creating it in a writable
@@ -205,7 +210,7 @@ func leases(tx *bolt.Tx) (*bolt.Bucket, error) {
 		return b, nil
 	}
 	b, err := tx.CreateBucket(LeasesRoot)
-	return b, mapBoltErr(err)
+	return b, base.MapBoltErr(err)
 }
 
 // LeaseEnd is the record of a window's latest lease end, Unix nanoseconds.
@@ -228,7 +233,7 @@ func PutLeaseEnd(tx *bolt.Tx, start, end int64) error {
 	if err != nil {
 		return err
 	}
-	return mapBoltErr(b.Put(filterKey(start), LeaseEnd{End: end}.Marshal()))
+	return base.MapBoltErr(b.Put(filterKey(start), LeaseEnd{End: end}.Marshal()))
 }
 
 // ForEachLeaseEnd calls fn with every window's recorded latest lease end.
@@ -239,12 +244,12 @@ func ForEachLeaseEnd(tx *bolt.Tx, fn func(start, end int64) error) error {
 	}
 	return b.ForEach(func(k, v []byte) error {
 		if len(k) != 8 {
-			return &RecordError{Bucket: string(LeasesRoot), Key: fmt.Sprintf("%x", k), Err: errors.New("key is not a window start")}
+			return &base.RecordError{Bucket: string(LeasesRoot), Key: fmt.Sprintf("%x", k), Err: errors.New("key is not a window start")}
 		}
 		start := int64(binary.BigEndian.Uint64(k) ^ (1 << 63))
 		var l LeaseEnd
 		if err := l.Unmarshal(v); err != nil {
-			return &RecordError{Bucket: string(LeasesRoot), Key: fmt.Sprint(start), Err: err}
+			return &base.RecordError{Bucket: string(LeasesRoot), Key: fmt.Sprint(start), Err: err}
 		}
 		return fn(start, l.End)
 	})
@@ -256,5 +261,5 @@ func deleteLeaseEnd(tx *bolt.Tx, start int64) error {
 	if b == nil {
 		return nil
 	}
-	return mapBoltErr(b.Delete(filterKey(start)))
+	return base.MapBoltErr(b.Delete(filterKey(start)))
 }

@@ -1,4 +1,4 @@
-package bucket
+package layout
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 // read.
 const (
 	FormatMagic   = "oncekv"
-	FormatVersion = 2 // 2: the windows record (the span) and the leases bucket
+	FormatVersion = 2 // 2: the windows record (the span), the filters bucket always present, the leases bucket
 )
 
 // Format is the record that marks a bbolt file as an oncekv file.

@@ -1,4 +1,4 @@
-package bucket
+package layout
 
 import (
 	"errors"
@@ -35,9 +35,6 @@ func (s State) String() string {
 	}
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
-
-// Final reports whether the state never changes again.
-func (s State) Final() bool { return s == Done || s == Failed }
 
 // HashSize is the size of the SHA-256 payload hash stored in a mark.
 const HashSize = 32

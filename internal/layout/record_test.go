@@ -1,4 +1,4 @@
-package bucket_test
+package layout_test
 
 import (
 	"bytes"
@@ -8,23 +8,24 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
-func sampleMarks() []bucket.Mark {
-	return []bucket.Mark{
-		{State: bucket.Done, PayloadHash: [32]byte{1, 2, 3}, Response: []byte("ok"), FirstSeen: 1_700_000_000_000_000_000},
-		{State: bucket.Done, Response: []byte{}, FirstSeen: -5},
-		{State: bucket.Done, Response: nil},
-		{State: bucket.Failed, Error: "card declined", FirstSeen: 1},
-		{State: bucket.InProgress, LeaseUntil: math.MaxInt64, Token: math.MaxUint64, FirstSeen: math.MinInt64},
-		{State: bucket.Done, Response: bytes.Repeat([]byte{0xff}, 1<<16), Error: strings.Repeat("x", 300)},
+func sampleMarks() []layout.Mark {
+	return []layout.Mark{
+		{State: layout.Done, PayloadHash: [32]byte{1, 2, 3}, Response: []byte("ok"), FirstSeen: 1_700_000_000_000_000_000},
+		{State: layout.Done, Response: []byte{}, FirstSeen: -5},
+		{State: layout.Done, Response: nil},
+		{State: layout.Failed, Error: "card declined", FirstSeen: 1},
+		{State: layout.InProgress, LeaseUntil: math.MaxInt64, Token: math.MaxUint64, FirstSeen: math.MinInt64},
+		{State: layout.Done, Response: bytes.Repeat([]byte{0xff}, 1<<16), Error: strings.Repeat("x", 300)},
 	}
 }
 
 func TestMarkRoundTrip(t *testing.T) {
 	for _, m := range sampleMarks() {
-		var got bucket.Mark
+		var got layout.Mark
 		require.NoError(t, got.Unmarshal(m.Marshal()))
 		require.Equal(t, m, got)
 		require.Equal(t, m.Response == nil, got.Response == nil, "nil and empty responses stay distinct")
@@ -37,54 +38,54 @@ func TestMarkDecodeRejectsDamage(t *testing.T) {
 		for _, bit := range []byte{0x01, 0x80} {
 			damaged := bytes.Clone(raw)
 			damaged[i] ^= bit
-			var m bucket.Mark
+			var m layout.Mark
 			require.Error(t, m.Unmarshal(damaged), "byte %d bit %x flipped", i, bit)
 		}
 	}
 	for n := range raw {
-		var m bucket.Mark
+		var m layout.Mark
 		require.Error(t, m.Unmarshal(raw[:n]), "truncated to %d bytes", n)
 	}
-	var m bucket.Mark
+	var m layout.Mark
 	require.Error(t, m.Unmarshal(append(bytes.Clone(raw), 0)), "trailing byte")
 }
 
 func TestMarkKeyRoundTripAndLimits(t *testing.T) {
 	for _, tc := range []struct{ h, k string }{{"h", "k"}, {"ab", "c"}, {"a", "bc"}, {"", ""}, {"\x00", "\xff\xfe"}} {
-		h, k, ok := bucket.SplitMarkKey(bucket.MarkKey(tc.h, tc.k))
+		h, k, ok := layout.SplitMarkKey(layout.MarkKey(tc.h, tc.k))
 		require.True(t, ok)
 		require.Equal(t, tc.h, h)
 		require.Equal(t, tc.k, k)
 	}
-	require.NotEqual(t, bucket.MarkKey("ab", "c"), bucket.MarkKey("a", "bc"))
-	_, _, ok := bucket.SplitMarkKey([]byte{0, 9, 'a'})
+	require.NotEqual(t, layout.MarkKey("ab", "c"), layout.MarkKey("a", "bc"))
+	_, _, ok := layout.SplitMarkKey([]byte{0, 9, 'a'})
 	require.False(t, ok)
-	require.NoError(t, bucket.CheckMarkKey("h", strings.Repeat("k", bucket.MaxMarkKeySize-1)))
-	require.ErrorIs(t, bucket.CheckMarkKey("h", strings.Repeat("k", bucket.MaxMarkKeySize)), bucket.ErrKeyTooLarge)
-	require.ErrorIs(t, bucket.CheckMarkKey(strings.Repeat("h", 70000), ""), bucket.ErrKeyTooLarge)
+	require.NoError(t, layout.CheckMarkKey("h", strings.Repeat("k", layout.MaxMarkKeySize-1)))
+	require.ErrorIs(t, layout.CheckMarkKey("h", strings.Repeat("k", layout.MaxMarkKeySize)), base.ErrKeyTooLarge)
+	require.ErrorIs(t, layout.CheckMarkKey(strings.Repeat("h", 70000), ""), base.ErrKeyTooLarge)
 }
 
 func TestWindowNamesSortInTimeOrder(t *testing.T) {
 	starts := []int64{math.MinInt64, -3_600_000_000_000, -1, 0, 1, 3_600_000_000_000, math.MaxInt64}
 	for i, s := range starts {
-		got, ok := bucket.ParseWindowName(bucket.WindowName(s))
+		got, ok := layout.ParseWindowName(layout.WindowName(s))
 		require.True(t, ok)
 		require.Equal(t, s, got)
 		if i > 0 {
-			require.Negative(t, bytes.Compare(bucket.WindowName(starts[i-1]), bucket.WindowName(s)))
+			require.Negative(t, bytes.Compare(layout.WindowName(starts[i-1]), layout.WindowName(s)))
 		}
 	}
-	_, ok := bucket.ParseWindowName([]byte("u/oncekv.window/x"))
+	_, ok := layout.ParseWindowName([]byte("u/oncekv.window/x"))
 	require.False(t, ok)
 }
 
 func TestFormatAndExpiryRoundTrip(t *testing.T) {
-	f := bucket.Format{Magic: bucket.FormatMagic, Version: bucket.FormatVersion, CreatedUnixNano: 42}
-	var gotF bucket.Format
+	f := layout.Format{Magic: layout.FormatMagic, Version: layout.FormatVersion, CreatedUnixNano: 42}
+	var gotF layout.Format
 	require.NoError(t, gotF.Unmarshal(f.Marshal()))
 	require.Equal(t, f, gotF)
-	e := bucket.Expiry{Floor: -7}
-	var gotE bucket.Expiry
+	e := layout.Expiry{Floor: -7}
+	var gotE layout.Expiry
 	require.NoError(t, gotE.Unmarshal(e.Marshal()))
 	require.Equal(t, e, gotE)
 	require.Error(t, gotE.Unmarshal(f.Marshal()), "a record of another kind does not decode as this one")
@@ -100,7 +101,7 @@ func FuzzMarkUnmarshal(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1, 0x97})
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var m bucket.Mark
+		var m layout.Mark
 		if err := m.Unmarshal(raw); err != nil {
 			return
 		}
@@ -110,10 +111,10 @@ func FuzzMarkUnmarshal(f *testing.F) {
 
 // FuzzFormatUnmarshal does the same for the format record.
 func FuzzFormatUnmarshal(f *testing.F) {
-	f.Add(bucket.Format{Magic: bucket.FormatMagic, Version: 1}.Marshal())
-	f.Add(bucket.Expiry{Floor: 3}.Marshal())
+	f.Add(layout.Format{Magic: layout.FormatMagic, Version: 1}.Marshal())
+	f.Add(layout.Expiry{Floor: 3}.Marshal())
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var rec bucket.Format
+		var rec layout.Format
 		if err := rec.Unmarshal(raw); err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package fence_test
+package fences_test
 
 import (
 	"encoding/binary"
@@ -12,22 +12,23 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/fence"
+	"github.com/oncekv/oncekv/internal/fences"
 )
 
 // openFences opens a bbolt file for the test and returns a function that
 // runs fn on a fences bucket in a write transaction of it.
-func openFences(t *testing.T) func(fn func(fences *bolt.Bucket) error) error {
+func openFences(t *testing.T) func(fn func(root *bolt.Bucket) error) error {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "f.db"), 0o600, &bolt.Options{NoSync: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	return func(fn func(fences *bolt.Bucket) error) error {
+	return func(fn func(root *bolt.Bucket) error) error {
 		return db.Update(func(tx *bolt.Tx) error {
-			fences, err := tx.CreateBucketIfNotExists([]byte("fences"))
+			root, err := tx.CreateBucketIfNotExists([]byte("fences"))
 			if err != nil {
 				return err
 			}
-			return fn(fences)
+			return fn(root)
 		})
 	}
 }
@@ -35,22 +36,22 @@ func openFences(t *testing.T) func(fn func(fences *bolt.Bucket) error) error {
 func TestNext(t *testing.T) {
 	update := openFences(t)
 	var got []uint64
-	require.NoError(t, update(func(fences *bolt.Bucket) error {
+	require.NoError(t, update(func(root *bolt.Bucket) error {
 		for _, r := range []string{"a", "a", "b", "a"} {
-			n, err := fence.Next(fences, []byte(r))
+			n, err := fences.Next(root, []byte(r))
 			if err != nil {
 				return err
 			}
 			got = append(got, n)
 		}
 		for range 2 {
-			n, err := fence.NextClaim(fences)
+			n, err := fences.NextClaim(root)
 			if err != nil {
 				return err
 			}
 			got = append(got, n)
 		}
-		_, err := fence.Next(fences, nil)
+		_, err := fences.Next(root, nil)
 		require.ErrorIs(t, err, fence.ErrResourceRequired)
 		return nil
 	}))
@@ -59,13 +60,13 @@ func TestNext(t *testing.T) {
 	// A rolled-back transaction issues nothing: the next commit reuses
 	// the number, which nobody ever saw.
 	errAbort := errors.New("abort")
-	require.ErrorIs(t, update(func(fences *bolt.Bucket) error {
-		_, err := fence.Next(fences, []byte("a"))
+	require.ErrorIs(t, update(func(root *bolt.Bucket) error {
+		_, err := fences.Next(root, []byte("a"))
 		require.NoError(t, err)
 		return errAbort
 	}), errAbort)
-	require.NoError(t, update(func(fences *bolt.Bucket) error {
-		n, err := fence.Next(fences, []byte("a"))
+	require.NoError(t, update(func(root *bolt.Bucket) error {
+		n, err := fences.Next(root, []byte("a"))
 		require.Equal(t, uint64(4), n)
 		return err
 	}))
@@ -73,20 +74,20 @@ func TestNext(t *testing.T) {
 
 func TestNextExhausted(t *testing.T) {
 	update := openFences(t)
-	require.NoError(t, update(func(fences *bolt.Bucket) error {
+	require.NoError(t, update(func(root *bolt.Bucket) error {
 		// The counter of resource "r", at the largest token there is.
 		full := reseal(binary.BigEndian.AppendUint64([]byte{1, 0x91, 0xcf}, math.MaxUint64)) // version 1, [uint64]
-		require.NoError(t, fences.Put([]byte("tr"), full))
-		_, err := fence.Next(fences, []byte("r"))
+		require.NoError(t, root.Put([]byte("tr"), full))
+		_, err := fences.Next(root, []byte("r"))
 		require.ErrorIs(t, err, fence.ErrExhausted, "never wraps around to a token issued before")
-		require.Equal(t, full, fences.Get([]byte("tr")), "and changes nothing")
+		require.Equal(t, full, root.Get([]byte("tr")), "and changes nothing")
 
 		// A key record where a counter belongs has the wrong length.
-		rec, err := fence.Record{Fence: 1}.AppendBinary(nil)
+		rec, err := fences.Record{Fence: 1}.AppendBinary(nil)
 		require.NoError(t, err)
-		require.NoError(t, fences.Put([]byte("tr"), rec))
-		_, err = fence.Next(fences, []byte("r"))
-		var re *fence.RecordError
+		require.NoError(t, root.Put([]byte("tr"), rec))
+		_, err = fences.Next(root, []byte("r"))
+		var re *fences.RecordError
 		require.ErrorAs(t, err, &re)
 		require.Nil(t, re.Bucket)
 		require.Equal(t, "tr", string(re.Key))
@@ -97,8 +98,8 @@ func TestNextExhausted(t *testing.T) {
 
 func TestKeysFenced(t *testing.T) {
 	update := openFences(t)
-	require.NoError(t, update(func(fences *bolt.Bucket) error {
-		keys := fence.OpenKeys(fences, []byte("b"))
+	require.NoError(t, update(func(root *bolt.Bucket) error {
+		keys := fences.OpenKeys(root, []byte("b"))
 		k := []byte("x")
 		r, ok, err := keys.Get(k)
 		require.NoError(t, err)
@@ -118,10 +119,10 @@ func TestKeysFenced(t *testing.T) {
 		r, ok, err = keys.Get(k)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Equal(t, fence.Record{Fence: math.MaxUint64, Version: 2}, r)
+		require.Equal(t, fences.Record{Fence: math.MaxUint64, Version: 2}, r)
 
 		// Another user bucket's keys are apart.
-		r, ok, err = fence.OpenKeys(fences, []byte("b2")).Get(k)
+		r, ok, err = fences.OpenKeys(root, []byte("b2")).Get(k)
 		require.NoError(t, err)
 		require.False(t, ok)
 		return nil
@@ -130,8 +131,8 @@ func TestKeysFenced(t *testing.T) {
 
 func TestKeysVersions(t *testing.T) {
 	update := openFences(t)
-	require.NoError(t, update(func(fences *bolt.Bucket) error {
-		keys := fence.OpenKeys(fences, []byte("b"))
+	require.NoError(t, update(func(root *bolt.Bucket) error {
+		keys := fences.OpenKeys(root, []byte("b"))
 		k := []byte("x")
 		version := func() uint64 {
 			r, _, err := keys.Get(k)
@@ -153,7 +154,7 @@ func TestKeysVersions(t *testing.T) {
 		require.NoError(t, keys.Fenced(k, 1))
 		r, _, err := keys.Get(k)
 		require.NoError(t, err)
-		require.Equal(t, fence.Record{Fence: 1, Version: 4}, r)
+		require.Equal(t, fences.Record{Fence: 1, Version: 4}, r)
 		return nil
 	}))
 }
@@ -162,8 +163,8 @@ func TestKeysVersions(t *testing.T) {
 // bucket still sees the one it creates itself.
 func TestKeysSeeRecordsOfThisTransaction(t *testing.T) {
 	update := openFences(t)
-	require.NoError(t, update(func(fences *bolt.Bucket) error {
-		keys := fence.OpenKeys(fences, []byte("b"))
+	require.NoError(t, update(func(root *bolt.Bucket) error {
+		keys := fences.OpenKeys(root, []byte("b"))
 		require.NoError(t, keys.Touch([]byte("x")))
 		require.NoError(t, keys.IfVersion([]byte("y"), 0, false))
 		require.NoError(t, keys.Touch([]byte("y")))
@@ -176,12 +177,12 @@ func TestKeysSeeRecordsOfThisTransaction(t *testing.T) {
 }
 
 func TestRecordCorrupt(t *testing.T) {
-	good, err := fence.Record{Fence: 7, Version: 3}.AppendBinary(nil)
+	good, err := fences.Record{Fence: 7, Version: 3}.AppendBinary(nil)
 	require.NoError(t, err)
 	require.Len(t, good, 24, "version byte, array header, two 9-byte integers, checksum")
-	var r fence.Record
+	var r fences.Record
 	require.NoError(t, r.UnmarshalBinary(good))
-	require.Equal(t, fence.Record{Fence: 7, Version: 3}, r)
+	require.Equal(t, fences.Record{Fence: 7, Version: 3}, r)
 
 	body := good[:len(good)-4]
 	for _, tc := range []struct {
@@ -197,20 +198,20 @@ func TestRecordCorrupt(t *testing.T) {
 		{"counter", reseal(append([]byte{1, 0x91}, body[2:11]...)), "record has 1 fields, want 2"},
 		{"longer", reseal(append(append([]byte(nil), body...), 0)), "bytes after the record body"},
 	} {
-		require.ErrorContains(t, new(fence.Record).UnmarshalBinary(tc.raw), tc.want, tc.name)
+		require.ErrorContains(t, new(fences.Record).UnmarshalBinary(tc.raw), tc.want, tc.name)
 	}
 
 	update := openFences(t)
-	require.NoError(t, update(func(fences *bolt.Bucket) error {
-		keys := fence.OpenKeys(fences, []byte("b"))
+	require.NoError(t, update(func(root *bolt.Bucket) error {
+		keys := fences.OpenKeys(root, []byte("b"))
 		require.NoError(t, keys.Fenced([]byte("x"), 1))
-		require.NoError(t, fences.Bucket([]byte("kb")).Put([]byte("x"), flip(good, 3)))
+		require.NoError(t, root.Bucket([]byte("kb")).Put([]byte("x"), flip(good, 3)))
 		for name, err := range map[string]error{
 			"Fenced":    keys.Fenced([]byte("x"), 9),
 			"IfVersion": keys.IfVersion([]byte("x"), 1, true),
 			"Touch":     keys.Touch([]byte("x")),
 		} {
-			var re *fence.RecordError
+			var re *fences.RecordError
 			require.ErrorAs(t, err, &re, name)
 			require.Equal(t, "kb", string(re.Bucket))
 			require.Equal(t, "x", string(re.Key))
@@ -235,13 +236,13 @@ func reseal(body []byte) []byte {
 // FuzzRecord: no input makes the decoder panic, and whatever it accepts
 // encodes back to the same bytes, so a record has one encoding.
 func FuzzRecord(f *testing.F) {
-	good, _ := fence.Record{Fence: 7, Version: 3}.AppendBinary(nil)
+	good, _ := fences.Record{Fence: 7, Version: 3}.AppendBinary(nil)
 	f.Add(good)
 	f.Add(flip(good, 23))
 	f.Add([]byte{})
 	f.Add(reseal([]byte{1, 0x92, 0, 0}))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var r fence.Record
+		var r fences.Record
 		if r.UnmarshalBinary(raw) != nil {
 			return
 		}

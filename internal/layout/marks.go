@@ -1,4 +1,4 @@
-package bucket
+package layout
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/base"
 )
 
 // FoundMark is a mark read from the file, with the window it lives in.
@@ -79,7 +81,7 @@ func ForEachWindow(tx *bolt.Tx, newestFirst bool, fn func(start int64, w *bolt.B
 	for ; name != nil && bytes.HasPrefix(name, WindowPrefix); name, v = step(c, newestFirst) {
 		start, ok := ParseWindowName(name)
 		if !ok || v != nil {
-			return fmt.Errorf("%w: stray root entry %q among the windows", ErrCorrupt, name)
+			return fmt.Errorf("%w: stray root entry %q among the windows", base.ErrCorrupt, name)
 		}
 		if err := fn(start, tx.Bucket(name)); err != nil {
 			return err
@@ -107,16 +109,16 @@ func step(c *bolt.Cursor, backwards bool) ([]byte, []byte) {
 func PutMark(tx *bolt.Tx, start int64, mkey []byte, m *Mark) (fresh bool, err error) {
 	w, err := tx.CreateBucketIfNotExists(WindowName(start))
 	if err != nil {
-		return false, fmt.Errorf("oncekv: create window bucket: %w", mapBoltErr(err))
+		return false, fmt.Errorf("oncekv: create window bucket: %w", base.MapBoltErr(err))
 	}
 	if w.Get(mkey) == nil {
 		fresh = true
 		if err := w.SetSequence(w.Sequence() + 1); err != nil {
-			return false, mapBoltErr(err)
+			return false, base.MapBoltErr(err)
 		}
 	}
 	// mkey is freshly built per request and not reused, so bbolt may keep it.
-	return fresh, mapBoltErr(w.Put(mkey, m.Marshal()))
+	return fresh, base.MapBoltErr(w.Put(mkey, m.Marshal()))
 }
 
 // DeleteMark removes the mark of mkey from the window starting at start. It
@@ -127,9 +129,9 @@ func DeleteMark(tx *bolt.Tx, start int64, mkey []byte) (bool, error) {
 		return false, nil
 	}
 	if err := w.SetSequence(w.Sequence() - 1); err != nil {
-		return false, mapBoltErr(err)
+		return false, base.MapBoltErr(err)
 	}
-	return true, mapBoltErr(w.Delete(mkey))
+	return true, base.MapBoltErr(w.Delete(mkey))
 }
 
 // WindowMarks returns the number of marks in a window bucket.
@@ -150,18 +152,18 @@ func ExpireSome(tx *bolt.Tx, start int64, max int) (deleted int, gone bool, err 
 		}
 		for _, k := range keys {
 			if err := w.Delete(k); err != nil {
-				return deleted, false, mapBoltErr(err)
+				return deleted, false, base.MapBoltErr(err)
 			}
 			deleted++
 		}
 		if k, _ := w.Cursor().First(); k != nil {
 			if err := w.SetSequence(w.Sequence() - uint64(min(uint64(deleted), w.Sequence()))); err != nil {
-				return deleted, false, mapBoltErr(err)
+				return deleted, false, base.MapBoltErr(err)
 			}
 			return deleted, false, nil
 		}
 		if err := tx.DeleteBucket(name); err != nil {
-			return deleted, false, mapBoltErr(err)
+			return deleted, false, base.MapBoltErr(err)
 		}
 	}
 	if err := deleteLeaseEnd(tx, start); err != nil {
@@ -176,5 +178,5 @@ func markError(start int64, mkey []byte, err error) error {
 	if h, k, ok := SplitMarkKey(mkey); ok {
 		key = h + "/" + k
 	}
-	return &RecordError{Bucket: name, Key: key, Err: err}
+	return &base.RecordError{Bucket: name, Key: key, Err: err}
 }

@@ -1,9 +1,37 @@
-package fence
+// Package fences stores oncekv's ordering state inside the system bucket of
+// fences: the fencing-token counters, and the fence and version of every
+// user key written with one. The public vocabulary (the errors and error
+// types) is package fence; this package is the storage behind it, which
+// only oncekv may call.
+//
+// # Layout
+//
+// The first byte of each entry in the fences bucket says what it is (the
+// caller passes the bucket in, so this package does not depend on the
+// file's root layout):
+//
+//	't' resource          token counter: the last token NextFence issued for resource
+//	'c'                   token counter: the last claim token issued
+//	'k' user bucket name  a bucket: user key -> key record (fence, version)
+//
+// Counters and key records are msgpack arrays of integers in oncekv's
+// record envelope (a format-version byte, the msgpack body, a CRC-32C of
+// both; see internal/record). A record that fails any check is a
+// *RecordError, never a silently smaller fence.
+//
+// Nothing here is ever deleted: a counter that went back to zero could issue
+// a token twice, and a fence dropped with its key would let a stale writer
+// resurrect the key. Every function runs inside the caller's bbolt write
+// transaction, so a token or a fence is durable exactly when that
+// transaction commits.
+package fences
 
 import (
 	"math"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/fence"
 )
 
 // The first byte of every entry in the fences bucket; see the package
@@ -13,6 +41,9 @@ const (
 	kindClaim = 'c'
 	kindKeys  = 'k'
 )
+
+// Root is the name of the system bucket of fences at the root of the file.
+var Root = []byte("oncekv.fences")
 
 // claimCounter is the key of the claim token counter.
 var claimCounter = []byte{kindClaim}
@@ -27,7 +58,7 @@ const MaxResourceSize = bolt.MaxKeySize - 1
 // durable, and never issued again, once that transaction commits.
 func Next(fences *bolt.Bucket, resource []byte) (uint64, error) {
 	if len(resource) == 0 {
-		return 0, ErrResourceRequired
+		return 0, fence.ErrResourceRequired
 	}
 	key := make([]byte, 0, 1+len(resource))
 	return bump(fences, append(append(key, kindToken), resource...))
@@ -70,7 +101,7 @@ func bump(fences *bolt.Bucket, key []byte) (uint64, error) {
 
 func increment(n uint64) (uint64, error) {
 	if n == math.MaxUint64 {
-		return 0, ErrExhausted
+		return 0, fence.ErrExhausted
 	}
 	return n + 1, nil
 }
@@ -142,33 +173,33 @@ func (k *Keys) put(key []byte, r Record) error {
 	return k.b.Put(key, enc)
 }
 
-// Fenced admits a write of key carrying fence, and records the fence: it
-// returns an *Error (ErrFenced) unless fence is strictly greater than the
-// stored one, and ErrInvalidFence for 0. On an error nothing is written.
-func (k *Keys) Fenced(key []byte, fence uint64) error {
-	if fence == 0 {
-		return ErrInvalidFence
+// Fenced admits a write of key carrying the fence presented, and records
+// it: it returns a *fence.Error (fence.ErrFenced) unless presented is
+// strictly greater than the stored fence, and fence.ErrInvalidFence for 0. On an error nothing is written.
+func (k *Keys) Fenced(key []byte, presented uint64) error {
+	if presented == 0 {
+		return fence.ErrInvalidFence
 	}
 	r, _, err := k.Get(key)
 	if err != nil {
 		return err
 	}
-	if fence <= r.Fence {
-		return &Error{Stored: r.Fence, Presented: fence}
+	if presented <= r.Fence {
+		return &fence.Error{Stored: r.Fence, Presented: presented}
 	}
-	r.Fence = fence
+	r.Fence = presented
 	return k.put(key, r)
 }
 
 // IfVersion admits a compare-and-set of key that read it at version, and
 // records the write; exists says whether the key has a value now. It
-// returns a *VersionError (ErrVersionConflict) when the version moved on.
+// returns a *fence.VersionError (fence.ErrVersionConflict) when the version moved on.
 //
 // Version 0 means "the key has no record": so a compare-and-set from 0 is
 // a create, and succeeds only while the key does not exist. A key that
 // exists without a record was written only by plain Put, which leaves no
 // trace on such a key, so a Put racing with the compare-and-set could not
-// be told from none; that case is ErrUnversioned, not a silent lost update.
+// be told from none; that case is fence.ErrUnversioned, not a silent lost update.
 // On an error nothing is written.
 func (k *Keys) IfVersion(key []byte, version uint64, exists bool) error {
 	r, ok, err := k.Get(key)
@@ -176,9 +207,9 @@ func (k *Keys) IfVersion(key []byte, version uint64, exists bool) error {
 	case err != nil:
 		return err
 	case !ok && exists && version == 0:
-		return ErrUnversioned
+		return fence.ErrUnversioned
 	case r.Version != version:
-		return &VersionError{Stored: r.Version, Presented: version}
+		return &fence.VersionError{Stored: r.Version, Presented: version}
 	}
 	return k.put(key, r)
 }

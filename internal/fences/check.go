@@ -1,4 +1,4 @@
-package fence
+package fences
 
 import (
 	"errors"

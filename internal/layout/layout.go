@@ -1,4 +1,35 @@
-package bucket
+// Package layout owns oncekv's on-disk layout inside the bbolt file: the
+// system buckets that hold dedup marks and metadata, where the user buckets
+// sit, and the versioned, checksummed msgpack codecs of every system record.
+// Only oncekv calls it; users reach their data through package bucket.
+//
+// # Layout
+//
+// Every bucket sits at the root of the bbolt file, under one of two
+// disjoint name prefixes:
+//
+//	oncekv.meta               format record (magic, format version, creation
+//	                          time), windows record (the span) and expiry
+//	                          record (the expiry floor)
+//	oncekv.fences             per-resource fencing-token counters and per-key
+//	                          fences (see internal/fences)
+//	oncekv.filters            the Bloom filters of sealed windows, by window start
+//	oncekv.leases             the latest lease end of the claims of each window
+//	oncekv.window/<8 bytes>   one bucket per time window, named by the window's
+//	                          start as a sortable big-endian integer; inside, one
+//	                          mark per (handler, key)
+//	u/<name>                  the user bucket <name>
+//
+// The layout is flat because each level of bucket nesting is one more page
+// written per commit.
+//
+// # Records
+//
+// A system record is a format-version byte, a msgpack body and a CRC-32C of
+// both. Decoding checks all three and reports a *base.RecordError naming the
+// bucket and key, so corruption inside a record is an error, never a panic
+// and never a silently wrong value.
+package layout
 
 import (
 	"bytes"
@@ -8,6 +39,9 @@ import (
 	"math"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/fences"
 )
 
 // Names at the root of the bbolt file. Every bucket lives at the root, under
@@ -17,14 +51,15 @@ import (
 // deep saved two page writes of the eleven a unique Apply cost.
 var (
 	MetaRoot     = []byte("oncekv.meta")
-	FencesRoot   = []byte("oncekv.fences")
+	FencesRoot   = fences.Root
 	FiltersRoot  = []byte("oncekv.filters")
 	LeasesRoot   = []byte("oncekv.leases")
 	WindowPrefix = []byte("oncekv.window/")
-	UserPrefix   = []byte("u/")
+	UserPrefix   = base.UserPrefix
 )
 
-// systemRoots lists the root buckets a well-formed oncekv file always has.
+// systemRoots lists the root buckets Init creates and Check requires. The
+// leases bucket is not one: it is created by the first claim that needs it.
 var systemRoots = [][]byte{MetaRoot, FencesRoot, FiltersRoot}
 
 // formatKey is the key of the format record inside MetaRoot.
@@ -33,9 +68,6 @@ var formatKey = []byte("format")
 // MaxKeySize is the largest key bbolt stores. User keys and the encoded
 // (handler, key) of a mark must fit in it.
 const MaxKeySize = bolt.MaxKeySize
-
-// MaxValueSize is the largest value bbolt stores.
-const MaxValueSize = bolt.MaxValueSize
 
 // markKeyOverhead is the length prefix in front of the handler in a mark key.
 const markKeyOverhead = 2
@@ -75,10 +107,10 @@ func SplitMarkKey(b []byte) (handler, key string, ok bool) {
 func CheckMarkKey(handler, key string) error {
 	if n := len(handler) + len(key); n > MaxMarkKeySize {
 		return fmt.Errorf("handler and key are %d bytes together, over the limit of %d: %w",
-			n, MaxMarkKeySize, ErrKeyTooLarge)
+			n, MaxMarkKeySize, base.ErrKeyTooLarge)
 	}
 	if len(handler) > math.MaxUint16 {
-		return fmt.Errorf("handler is %d bytes: %w", len(handler), ErrKeyTooLarge)
+		return fmt.Errorf("handler is %d bytes: %w", len(handler), base.ErrKeyTooLarge)
 	}
 	return nil
 }
@@ -100,14 +132,6 @@ func ParseWindowName(b []byte) (startUnixNano int64, ok bool) {
 	}
 	return int64(binary.BigEndian.Uint64(b[len(WindowPrefix):]) ^ (1 << 63)), true
 }
-
-// userName is the root bucket name of the user bucket name.
-func userName(name []byte) []byte {
-	return append(append(make([]byte, 0, len(UserPrefix)+len(name)), UserPrefix...), name...)
-}
-
-// MaxBucketNameSize is the longest user bucket name.
-const MaxBucketNameSize = MaxKeySize - 2
 
 // Init prepares a bbolt file for oncekv inside a writable transaction. A file
 // with no buckets at all is new: Init creates the system buckets and writes
@@ -143,7 +167,9 @@ func Init(tx *bolt.Tx, createdUnixNano, span int64) (created bool, err error) {
 }
 
 // Check verifies that an existing file is an oncekv file of a format this
-// code reads.
+// code reads, holding every system bucket its format version promises:
+// version 2 files have all of systemRoots from their creation; version 1
+// files may lack FiltersRoot, which [Upgrade] creates.
 func Check(tx *bolt.Tx) error {
 	meta := tx.Bucket(MetaRoot)
 	if meta == nil {
@@ -155,17 +181,17 @@ func Check(tx *bolt.Tx) error {
 	}
 	var f Format
 	if err := f.Unmarshal(raw); err != nil {
-		return &RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+		return &base.RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
 	}
 	if f.Magic != FormatMagic {
 		return fmt.Errorf("%w: format magic is %q", ErrNotOncekv, f.Magic)
 	}
 	if f.Version > FormatVersion {
-		return fmt.Errorf("%w: file format %d, this build reads up to %d", ErrFormatVersion, f.Version, FormatVersion)
+		return fmt.Errorf("%w: file format %d, this build reads up to %d", base.ErrFormatVersion, f.Version, FormatVersion)
 	}
-	for _, name := range [][]byte{MetaRoot, FencesRoot} {
-		if tx.Bucket(name) == nil {
-			return fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, name)
+	for _, name := range systemRoots {
+		if tx.Bucket(name) == nil && (f.Version > legacyFormat || !bytes.Equal(name, FiltersRoot)) {
+			return fmt.Errorf("%w: system bucket %q is missing", base.ErrCorrupt, name)
 		}
 	}
 	return nil
@@ -185,3 +211,17 @@ func checkEmpty(tx *bolt.Tx) error {
 
 // errStop ends a ForEach early; it never escapes this package.
 var errStop = errors.New("stop")
+
+// ForEachUserBucket calls fn with the name of every user bucket, in order.
+func ForEachUserBucket(tx *bolt.Tx, fn func(name []byte) error) error {
+	c := tx.Cursor()
+	for k, v := c.Seek(UserPrefix); k != nil && bytes.HasPrefix(k, UserPrefix); k, v = c.Next() {
+		if v != nil {
+			continue // the root holds only buckets
+		}
+		if err := fn(k[len(UserPrefix):]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,4 +1,4 @@
-package bucket_test
+package layout_test
 
 import (
 	"math"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/bucket"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // FuzzExpiryUnmarshal: the expiry record's decoder never panics, and what
@@ -16,12 +16,12 @@ import (
 // expired ones back).
 func FuzzExpiryUnmarshal(f *testing.F) {
 	for _, floor := range []int64{math.MinInt64, -1, 0, 1, 1_700_000_000_000_000_000, math.MaxInt64} {
-		f.Add(bucket.Expiry{Floor: floor}.Marshal())
+		f.Add(layout.Expiry{Floor: floor}.Marshal())
 	}
-	f.Add(bucket.Format{Magic: bucket.FormatMagic, Version: 1}.Marshal())
+	f.Add(layout.Format{Magic: layout.FormatMagic, Version: 1}.Marshal())
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var e bucket.Expiry
+		var e layout.Expiry
 		if err := e.Unmarshal(raw); err != nil {
 			return
 		}
@@ -34,11 +34,11 @@ func FuzzExpiryUnmarshal(f *testing.F) {
 // bytes: a damaged span must not pass for another one.
 func FuzzWindowsUnmarshal(f *testing.F) {
 	for _, span := range []int64{-1, 0, 1, int64(time.Hour), math.MaxInt64} {
-		f.Add(bucket.Windows{Span: span}.Marshal())
+		f.Add(layout.Windows{Span: span}.Marshal())
 	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var w bucket.Windows
+		var w layout.Windows
 		if err := w.Unmarshal(raw); err != nil {
 			return
 		}
@@ -51,11 +51,11 @@ func FuzzWindowsUnmarshal(f *testing.F) {
 // what it accepts encodes back to the same bytes.
 func FuzzLeaseEndUnmarshal(f *testing.F) {
 	for _, end := range []int64{math.MinInt64, 0, 1_700_000_000_000_000_000, math.MaxInt64} {
-		f.Add(bucket.LeaseEnd{End: end}.Marshal())
+		f.Add(layout.LeaseEnd{End: end}.Marshal())
 	}
 	f.Add([]byte{1, 2, 3, 4, 5})
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var l bucket.LeaseEnd
+		var l layout.LeaseEnd
 		if err := l.Unmarshal(raw); err != nil {
 			return
 		}

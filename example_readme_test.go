@@ -1,0 +1,288 @@
+package oncekv_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv"
+)
+
+// delivery is a message as a broker hands it over.
+type delivery struct {
+	EventID, OrderID string
+	Value            []byte
+}
+
+// paymentGateway is an external system that deduplicates on an
+// idempotency key and fences on a token.
+type paymentGateway interface {
+	Charge(ctx context.Context, order, idempotencyKey string, token uint64) (receipt []byte, err error)
+}
+
+type fakeGateway struct{}
+
+func (fakeGateway) Charge(_ context.Context, order, key string, token uint64) ([]byte, error) {
+	return fmt.Appendf(nil, "receipt for %s (key %s, token %d)", order, key, token), nil
+}
+
+// apiInOneScreen is the README's "API in one screen", verbatim: its body is
+// the README's code block (TestREADMEAPIIsTheExample), so the README
+// compiles, and Example_apiInOneScreen runs it.
+func apiInOneScreen(ctx context.Context, msg delivery, reqs []oncekv.Request, gateway paymentGateway) error {
+	db, err := oncekv.Open("app.db", nil) // nil: defaults; see Options
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	// For every delivery of a message, however many there are:
+	res, err := db.Apply(ctx, oncekv.Request{
+		Handler: "payment_captured", // dedup scope is (Handler, Key)
+		Key:     msg.EventID,        // idempotency key: minted once by the producer, reused by every retry
+		Payload: msg.Value,          // its SHA-256 is kept: same key + other payload = ErrKeyReuse
+		// Fingerprint: hash of the content, // optional: compared instead of the payload's bytes
+	}, func(tx *oncekv.Tx) ([]byte, error) {
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return nil, err
+		}
+		// Any read-modify-write on user buckets: it commits with the mark.
+		if err := b.Put([]byte(msg.OrderID), []byte("paid")); err != nil {
+			return nil, err
+		}
+		return []byte(`{"status":"paid"}`), nil // stored; every duplicate gets it back
+	})
+	switch advice := oncekv.Classify(err); advice.Action {
+	case oncekv.Ack: // applied, or a duplicate (res.Duplicate): ack
+		fmt.Printf("ack: %s duplicate=%v\n", res.Response, res.Duplicate)
+	case oncekv.RetryNow: // nothing applied (ctx ended, CAS lost): redeliver now
+	case oncekv.RetryLater: // in progress elsewhere (until advice.NotBefore), disk full, transient effect error: nak with backoff
+	case oncekv.GiveUp: // key too large, key reused, recorded failure, fenced: dead-letter, never loop
+	case oncekv.Reopen: // closed, read-only, or poisoned by an I/O error: reopen the DB
+	}
+
+	// A consumer's poll of 500 messages: one transaction, one fsync, per-message results.
+	results, err := db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
+		return nil, nil // the effect of reqs[i]
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Println("batch:", len(results), "results")
+
+	// An effect outside the store (e-mail, payment gateway): claim, act, record.
+	charge := oncekv.Request{Handler: "charge", Key: msg.OrderID, Payload: msg.Value}
+	c, err := db.Claim(ctx, charge, 30*time.Second) // ErrInProgress if a live claim holds it
+	if err != nil {
+		return err
+	}
+	if !c.Done() { // c.Done(): a duplicate, and c.Result() is the stored result
+		// Two values for the gateway: Key() to deduplicate (stable across retries and
+		// takeovers), Token() to fence a zombie (new at every takeover). Never the token as the key.
+		receipt, err := gateway.Charge(ctx, msg.OrderID, c.Key(), c.Token())
+		if err != nil {
+			return c.Fail(ctx, err) // released for a retry (Permanent(err): recorded FAILED)
+		}
+		res, err := c.Complete(ctx, receipt, nil) // ErrFenced if the lease ran out and another worker took over
+		if err != nil {
+			return err
+		}
+		fmt.Printf("charged: %s\n", res.Response)
+	}
+
+	// Order: dedup does not fix reordering; fences do.
+	fence, err := db.NextFence("account/42") // strictly increasing, persisted, never reused
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *oncekv.Tx) error { // plain transactions on user buckets, bbolt style
+		b, err := tx.CreateBucketIfNotExists([]byte("accounts"))
+		if err != nil {
+			return err
+		}
+		return b.PutFenced([]byte("42"), []byte("balance=10"), fence) // ErrFenced unless fence > the stored one
+	}) // PutIfVersion and Version: compare-and-set
+	if err != nil {
+		return err
+	}
+	err = db.View(func(tx *oncekv.Tx) error {
+		b := tx.Bucket([]byte("accounts"))
+		fmt.Printf("account 42: %s, fence %d\n", b.Get([]byte("42")), b.Fence([]byte("42")))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	stats := db.Stats() // per handler: Applied, DuplicatesSuppressed, KeyReuses, ...; windows, Bloom, expiry
+	fmt.Println("applied:", stats.Total.Applied)
+	if _, err := db.Expire(ctx); err != nil { // drop windows past the retention now (also runs in the background)
+		return err
+	}
+
+	// Support and operations.
+	info, err := db.Mark("payment_captured", msg.EventID) // state, first seen, response, lease, token; ErrNotFound
+	if err != nil {
+		return err
+	}
+	fmt.Println("mark:", info.State)
+	err = db.Claims(func(m oncekv.MarkInfo) error { // every claim in progress;
+		return db.ReleaseClaim(m.Handler, m.Key, m.Token) // let a stuck claim be taken over now
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := db.BackupFile("backup.db"); err != nil { // consistent copy of the live store (Backup(w) for any io.Writer)
+		return err
+	}
+	if err := db.Sync(); err != nil { // flush, for Options.NoSync users
+		return err
+	}
+	_ = db.Now() // the store's clock (Options.Now, never going back): use it for leases and delays
+	// Open with &oncekv.Options{ReadOnly: true}: shared lock, writes refused, Close writes nothing.
+	return db.Forget("payment_captured", msg.EventID) // drop one mark: the next delivery applies again
+}
+
+// depositMsg is the message of the package documentation's example.
+type depositMsg struct {
+	ID, Account string
+	Amount      int
+	Body        []byte
+}
+
+// packageDocExample is the example of doc.go, verbatim
+// (TestPackageDocIsTheExample).
+func packageDocExample(ctx context.Context, msg depositMsg) error {
+	db, err := oncekv.Open("app.db", nil)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := db.Apply(ctx, oncekv.Request{Handler: "deposit", Key: msg.ID, Payload: msg.Body},
+		func(tx *oncekv.Tx) ([]byte, error) {
+			b, err := tx.CreateBucketIfNotExists([]byte("balances"))
+			if err != nil {
+				return nil, err
+			}
+			// Read, add, write back: not idempotent, and it need not be.
+			balance, _ := strconv.Atoi(string(b.Get([]byte(msg.Account))))
+			balance += msg.Amount
+			return []byte("ok"), b.Put([]byte(msg.Account), strconv.AppendInt(nil, int64(balance), 10))
+		})
+	if err != nil {
+		return err
+	}
+	if res.Duplicate {
+		fmt.Println("a duplicate: the effect did not run again")
+	}
+	return nil
+}
+
+// inTempDir runs fn in a new temporary directory, for the examples that
+// open "app.db" as the README and the package documentation do.
+func inTempDir(fn func()) {
+	dir, err := os.MkdirTemp("", "oncekv-readme")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	wd, err := os.Getwd()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.Chdir(dir); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = os.Chdir(wd) }()
+	fn()
+}
+
+// Example runs the package documentation's example for two deliveries of
+// one message.
+func Example() {
+	inTempDir(func() {
+		msg := depositMsg{ID: "msg-1", Account: "alice", Amount: 5, Body: []byte(`{"amount":5}`)}
+		for range 2 {
+			if err := packageDocExample(context.Background(), msg); err != nil {
+				log.Fatal(err)
+			}
+		}
+	})
+	// Output: a duplicate: the effect did not run again
+}
+
+// Example_apiInOneScreen runs the README's "API in one screen" against a
+// fake gateway, in a temporary directory.
+func Example_apiInOneScreen() {
+	inTempDir(func() {
+		msg := delivery{EventID: "evt-1", OrderID: "order-7", Value: []byte(`{"amount":10}`)}
+		reqs := []oncekv.Request{{Handler: "poll", Key: "m1"}, {Handler: "poll", Key: "m2"}}
+		if err := apiInOneScreen(context.Background(), msg, reqs, fakeGateway{}); err != nil {
+			log.Fatal(err)
+		}
+	})
+	// Output:
+	// ack: {"status":"paid"} duplicate=false
+	// batch: 2 results
+	// charged: receipt for order-7 (key 92a7e1beb7091cafb069d6fea555dbeb09b82cc2aaad7f3280732ee9a3287aec, token 1)
+	// account 42: balance=10, fence 1
+	// applied: 4
+	// mark: DONE
+}
+
+// functionBody returns the body of the function of this file whose
+// signature ends with signatureEnd, each line with its first tab dropped.
+func functionBody(t *testing.T, signatureEnd string) string {
+	t.Helper()
+	src, err := os.ReadFile("example_readme_test.go")
+	require.NoError(t, err)
+	_, body, ok := strings.Cut(string(src), signatureEnd+" {\n")
+	require.True(t, ok, signatureEnd)
+	body, _, ok = strings.Cut(body, "\n}\n")
+	require.True(t, ok)
+	var b strings.Builder
+	for _, line := range strings.Split(body, "\n") {
+		b.WriteString(strings.TrimPrefix(line, "\t") + "\n")
+	}
+	return b.String()
+}
+
+// TestPackageDocIsTheExample: the code block of doc.go is exactly the body
+// of packageDocExample, so it compiles and runs as written.
+func TestPackageDocIsTheExample(t *testing.T) {
+	want := functionBody(t, "msg depositMsg) error")
+	src, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	var block strings.Builder
+	for _, line := range strings.Split(string(src), "\n") {
+		if code, ok := strings.CutPrefix(line, "//\t"); ok {
+			block.WriteString(code + "\n")
+		} else if block.Len() > 0 {
+			break // the first code block only
+		}
+	}
+	require.Equal(t, want, block.String(), "doc.go's first code block must be packageDocExample's body, one tab less")
+}
+
+// TestREADMEAPIIsTheExample: the README's "API in one screen" block is
+// exactly the body of apiInOneScreen, so it compiles and runs as written.
+func TestREADMEAPIIsTheExample(t *testing.T) {
+	want := functionBody(t, "gateway paymentGateway) error")
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(readme), "## The API in one screen\n")
+	require.True(t, ok)
+	_, block, ok := strings.Cut(section, "```go\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "```\n")
+	require.True(t, ok)
+	require.Equal(t, want, block, "the README's block must be apiInOneScreen's body, one tab less")
+}
