@@ -88,7 +88,7 @@ func (q *Queue) Extend(ctx context.Context, m *Message, d time.Duration) error {
 	var until int64
 	err := q.batch.do(ctx, func(otx *oncekv.Tx) error {
 		return q.held(otx, m, func(t *tx, r *record) error {
-			until = t.now + int64(d)
+			until = later(t.now, d)
 			r.LeaseUntil = until
 			return t.setVisible(m.ID, r, until, true)
 		})
@@ -176,7 +176,7 @@ func (q *Queue) Defer(ctx context.Context, m *Message, d time.Duration) error {
 			r.Attempt = max(r.Attempt-1, 0)
 			r.LeaseUntil = 0
 			otx.OnCommit(q.wakeAll)
-			return t.setVisible(m.ID, r, t.now+int64(d), false)
+			return t.setVisible(m.ID, r, later(t.now, d), false)
 		})
 	})
 }
