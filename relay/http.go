@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,7 +56,9 @@ type HTTPOptions struct {
 // retry.HTTPStatus: 2xx is done; 408, 409 (the far side is still working
 // on the key), 429 and 5xx are retried, not before their Retry-After; 400,
 // 422 and every other status are permanent (dead letter). Network errors
-// are retried. A key that cannot travel as it is (a control character,
+// are retried. A redirect that keeps the method and body (307, 308) is
+// followed; one that would turn the request into a body-less GET (301,
+// 302, 303) is a permanent ErrRedirect. A key that cannot travel as it is (a control character,
 // spaces at its ends) is a permanent ErrInvalidKey, sent to nobody.
 //
 // Errors: ErrInvalidSender when method or url cannot make a request.
@@ -67,6 +70,7 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 	if client == nil {
 		client = http.DefaultClient
 	}
+	client = keepBody(client)
 	if method == "" {
 		method = http.MethodPost
 	}
@@ -104,6 +108,9 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 		req.Header.Set(o.KeyHeader, m.Key)
 		req.Header.Set(o.FenceHeader, strconv.FormatUint(m.Token, 10))
 		resp, err := client.Do(req)
+		if errors.Is(err, ErrRedirect) {
+			return retry.Permanent(err)
+		}
 		if err != nil {
 			return err // transient: the request may or may not have arrived
 		}
@@ -111,6 +118,34 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		return retry.HTTPStatus(resp.StatusCode, resp.Header, o.Now())
 	}, nil
+}
+
+// maxRedirects is net/http's own limit, which a CheckRedirect of ours
+// replaces.
+const maxRedirects = 10
+
+// keepBody returns a copy of client (the Transport and Jar shared) that
+// refuses a redirect changing the method: net/http follows a 301, 302 or
+// 303 of a POST as a GET without the body, and a 2xx to that GET would
+// ack a message the far side never got. 307 and 308 keep the method and
+// body, and are followed as client's CheckRedirect says.
+func keepBody(client *http.Client) *http.Client {
+	c := *client
+	check := client.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if first := via[0]; req.Method != first.Method {
+			return fmt.Errorf("%w: %s %s answered %d, to %s %s", ErrRedirect,
+				first.Method, first.URL.Redacted(), req.Response.StatusCode, req.Method, req.URL.Redacted())
+		}
+		if check != nil {
+			return check(req, via)
+		}
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxRedirects)
+		}
+		return nil
+	}
+	return &c
 }
 
 // validToken reports whether s is an RFC 9110 token (a method or a header

@@ -1,0 +1,69 @@
+package relay_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv/queue"
+	"github.com/oncekv/oncekv/relay"
+	"github.com/oncekv/oncekv/retry"
+)
+
+// A redirect that turns the POST into a GET (301, 302, 303: net/http's
+// client drops the body) must not count as delivered: the far side never
+// got the body. Here the target of the redirect answers 200 to anything,
+// as a careless handler (or Go's ServeMux adding a trailing slash) does.
+func TestHTTPSenderRefusesARedirectThatDropsTheBody(t *testing.T) {
+	for _, code := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther} {
+		var posts atomic.Int64
+		mux := http.NewServeMux()
+		mux.HandleFunc("/in", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/in/", code)
+		})
+		mux.HandleFunc("/in/", func(w http.ResponseWriter, r *http.Request) {
+			if b, _ := io.ReadAll(r.Body); r.Method == http.MethodPost && string(b) == "payload" {
+				posts.Add(1)
+			}
+		})
+		srv := httptest.NewServer(mux)
+		send, err := relay.HTTPSender(srv.Client(), "", srv.URL+"/in", nil)
+		require.NoError(t, err)
+		err = send(context.Background(), &queue.Message{Key: "k", Body: []byte("payload")})
+		srv.Close()
+		if err == nil {
+			require.EqualValues(t, 1, posts.Load(), "status %d: send said delivered, the server got no POST", code)
+			continue
+		}
+		require.True(t, retry.IsPermanent(err), "status %d: %v", code, err)
+		require.Contains(t, err.Error(), "redirect", "status %d", code)
+	}
+}
+
+// A redirect that keeps the method and body (307, 308) is followed.
+func TestHTTPSenderFollowsARedirectThatKeepsTheBody(t *testing.T) {
+	for _, code := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		var posts atomic.Int64
+		mux := http.NewServeMux()
+		mux.HandleFunc("/in", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/in/", code)
+		})
+		mux.HandleFunc("/in/", func(w http.ResponseWriter, r *http.Request) {
+			if b, _ := io.ReadAll(r.Body); r.Method == http.MethodPost && string(b) == "payload" &&
+				r.Header.Get("Idempotency-Key") == "k" {
+				posts.Add(1)
+			}
+		})
+		srv := httptest.NewServer(mux)
+		send, err := relay.HTTPSender(srv.Client(), "", srv.URL+"/in", nil)
+		require.NoError(t, err)
+		require.NoError(t, send(context.Background(), &queue.Message{Key: "k", Body: []byte("payload")}), "status %d", code)
+		srv.Close()
+		require.EqualValues(t, 1, posts.Load(), "status %d", code)
+	}
+}
