@@ -69,7 +69,8 @@ func (q *Queue) Nack(ctx context.Context, m *Message, cause error) error {
 			}
 			r.LeaseUntil = 0
 			otx.OnCommit(q.wakeAll)
-			return t.setVisible(m.ID, r, d.At.UnixNano(), false)
+			// From Delay, not At: At.UnixNano is undefined past 2262.
+			return t.setVisible(m.ID, r, later(t.now, d.Delay), false)
 		})
 	})
 }

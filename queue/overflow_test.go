@@ -2,12 +2,14 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/queue"
+	"github.com/oncekv/oncekv/retry"
 )
 
 // A huge Delay must not wrap around to the past: the message stays
@@ -59,4 +61,16 @@ func TestHugeVisibilityKeepsTheLease(t *testing.T) {
 	m := e.receiveNow(t)
 	require.True(t, m.LeaseUntil.After(e.time.Now()), "lease until %v", m.LeaseUntil)
 	e.empty(t)
+}
+
+// A Retry-After beyond year 2262 (MaxRetryAfter lifted to "always honour")
+// must park the message, not wrap its next visible time into the past.
+func TestHugeRetryAfterDoesNotWrapAround(t *testing.T) {
+	e := newEnv(t, &queue.Options{Retry: &retry.Policy{MaxRetryAfter: math.MaxInt64}})
+	_, err := e.q.Enqueue(context.Background(), queue.Message{Key: "k", Body: []byte("b")})
+	require.NoError(t, err)
+	m := e.receiveNow(t)
+	require.NoError(t, e.q.Nack(context.Background(), m, retry.After(math.MaxInt64, errors.New("busy"))))
+	e.empty(t)
+	require.EqualValues(t, 1, e.stats(t).Delayed)
 }
