@@ -13,7 +13,7 @@ var (
 	// ErrRunning: Run was called while an earlier Run of the same Relay
 	// had not returned; two would count into one set of stats.
 	ErrRunning = errors.New("oncekv: relay: already running")
-	// ErrInvalidSender: HTTPSender was given a method or URL that cannot
+	// ErrInvalidSender: HTTPSender was given a method, URL or header that cannot
 	// make a request.
 	ErrInvalidSender = errors.New("oncekv: relay: invalid HTTP sender")
 	// ErrInvalidKey: a message key that cannot travel in an HTTP header

@@ -61,7 +61,8 @@ type HTTPOptions struct {
 // 302, 303) is a permanent ErrRedirect. A key that cannot travel as it is (a control character,
 // spaces at its ends) is a permanent ErrInvalidKey, sent to nobody.
 //
-// Errors: ErrInvalidSender when method or url cannot make a request.
+// Errors: ErrInvalidSender when method, url or a header of opts cannot
+// make a request.
 func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (Sender, error) {
 	var o HTTPOptions
 	if opts != nil {
@@ -85,6 +86,13 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 	o.FenceHeader = http.CanonicalHeaderKey(cmp.Or(o.FenceHeader, DefaultFenceHeader))
 	if !validToken(o.KeyHeader) || !validToken(o.FenceHeader) || o.KeyHeader == o.FenceHeader {
 		return nil, fmt.Errorf("%w: header names %q and %q", ErrInvalidSender, o.KeyHeader, o.FenceHeader)
+	}
+	for name, values := range o.Header {
+		for _, v := range values {
+			if !validToken(name) || !noControl(v) {
+				return nil, fmt.Errorf("%w: header %q: %q", ErrInvalidSender, clip(name), clip(v))
+			}
+		}
 	}
 	header := o.Header.Clone()
 	if header == nil {
@@ -171,10 +179,26 @@ func validValue(s string) bool {
 	if s == "" || s[0] == ' ' || s[0] == '\t' || s[len(s)-1] == ' ' || s[len(s)-1] == '\t' {
 		return false
 	}
+	return noControl(s)
+}
+
+// noControl reports whether s has no control character but tab: what
+// net/http's Transport accepts in a header value (it fails the request
+// otherwise, which would look like a transient network error).
+func noControl(s string) bool {
 	for i := range len(s) {
 		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
 			return false
 		}
 	}
 	return true
+}
+
+// clip bounds how much of a user's header an error message repeats.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -67,3 +67,20 @@ func TestHTTPSenderFollowsARedirectThatKeepsTheBody(t *testing.T) {
 		require.EqualValues(t, 1, posts.Load(), "status %d", code)
 	}
 }
+
+// A header that net/http refuses to send (a newline in a value, a space
+// in a name) is bad input to HTTPSender, not a transient network error
+// that every message retries until it is dead-lettered.
+func TestHTTPSenderRefusesHeadersNetHTTPCannotSend(t *testing.T) {
+	for _, h := range []http.Header{
+		{"Authorization": {"Device a\nb"}},
+		{"Bad Name": {"v"}},
+		{"X-Nul": {"a\x00b"}},
+	} {
+		_, err := relay.HTTPSender(nil, "", "http://x", &relay.HTTPOptions{Header: h})
+		require.ErrorIs(t, err, relay.ErrInvalidSender, "%q", h)
+	}
+	send, err := relay.HTTPSender(nil, "", "http://x", &relay.HTTPOptions{Header: http.Header{"X-Empty": {""}, "X-Tab": {"a\tb"}}})
+	require.NoError(t, err, "empty values and tabs are valid")
+	require.NotNil(t, send)
+}
