@@ -57,7 +57,13 @@ func (q *Queue) Nack(ctx context.Context, m *Message, cause error) error {
 		// The store's mark of a permanent error is the retry package's too.
 		cause = retry.Permanent(cause)
 	}
-	return q.update(ctx, "nack", m, func(otx *oncekv.Tx) error {
+	uctx := ctx
+	if err := ctx.Err(); err != nil && errors.Is(cause, err) {
+		// Giving the message back because ctx is done must not be
+		// refused for that very reason.
+		uctx = context.WithoutCancel(ctx)
+	}
+	return q.update(uctx, "nack", m, func(otx *oncekv.Tx) error {
 		return q.held(otx, m, func(t *tx, r *record) error {
 			d := q.retrier.Decide(ctx, r.Attempt, cause, time.Unix(0, t.now))
 			if d.Reason != retry.ReasonCanceled {
