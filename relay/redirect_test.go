@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -83,4 +84,32 @@ func TestHTTPSenderRefusesHeadersNetHTTPCannotSend(t *testing.T) {
 	send, err := relay.HTTPSender(nil, "", "http://x", &relay.HTTPOptions{Header: http.Header{"X-Empty": {""}, "X-Tab": {"a\tb"}}})
 	require.NoError(t, err, "empty values and tabs are valid")
 	require.NotNil(t, send)
+}
+
+// A send cut short by Run's stop (Grace over) is not the message's fault:
+// even on its last attempt it is released for the next Run, not
+// dead-lettered.
+func TestRelayStopDoesNotDeadLetterAnInterruptedLastAttempt(t *testing.T) {
+	e := newEnv(t, &queue.Options{Retry: &retry.Policy{MaxAttempts: 1}})
+	e.enqueue(t, "k")
+	entered := make(chan struct{})
+	send := func(ctx context.Context, m *queue.Message) error {
+		close(entered)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	r := e.relay(t, send, &relay.Options{Grace: -1, Workers: 1})
+	run := start(r.Run)
+	<-entered
+	require.NoError(t, run.stop(t))
+	st := e.stats(t)
+	require.Zero(t, st.Dead, "%+v", st)
+	require.EqualValues(t, 1, st.Ready, "%+v", st)
+	require.Zero(t, r.Stats().DeadLettered)
+
+	rec := &recorder{clock: e.clock.Now}
+	run = start(e.relay(t, rec.send, nil).Run)
+	require.Eventually(t, func() bool { return rec.count("k") == 1 }, 20*time.Second, time.Millisecond)
+	require.NoError(t, run.stop(t))
+	require.Zero(t, e.stats(t).Depth)
 }
