@@ -123,3 +123,26 @@ func TestNackWithItsOwnCancelledContextReleasesTheMessage(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.EqualValues(t, 1, e.stats(t).InFlight)
 }
+
+type panicky struct{}
+
+func (panicky) Error() string             { return "panicky" }
+func (panicky) RetryAfter() time.Duration { panic("user panic") }
+
+func TestProbeNackPanicInCauseIsCallers(t *testing.T) {
+	e := newEnv(t, nil)
+	_, err := e.q.Enqueue(context.Background(), queue.Message{Key: "k", Body: []byte("b")})
+	require.NoError(t, err)
+	m := e.receiveNow(t)
+	require.PanicsWithValue(t, "user panic", func() { _ = e.q.Nack(context.Background(), m, panicky{}) })
+	_, err = e.q.Enqueue(context.Background(), queue.Message{Key: "k2", Body: []byte("b")})
+	require.NoError(t, err)
+	require.NoError(t, e.q.Ack(context.Background(), m))
+}
+
+func TestOpenNilDBIsAnError(t *testing.T) {
+	q, err := queue.Open(nil, "x", nil)
+	require.ErrorIs(t, err, queue.ErrNilDB)
+	require.Contains(t, err.Error(), `"x"`)
+	require.Nil(t, q)
+}
