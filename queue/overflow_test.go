@@ -27,10 +27,8 @@ func TestHugeDelayDoesNotWrapAround(t *testing.T) {
 // A huge Extend must keep the lease, not end it.
 func TestHugeExtendKeepsTheLease(t *testing.T) {
 	e := newEnv(t, nil)
-	_, err := e.q.Enqueue(context.Background(), queue.Message{Key: "k", Body: []byte("b")})
-	require.NoError(t, err)
-	m := e.receiveNow(t)
-	err = e.q.Extend(context.Background(), m, math.MaxInt64)
+	m := e.leaseOne(t)
+	err := e.q.Extend(context.Background(), m, math.MaxInt64)
 	if err != nil {
 		require.ErrorIs(t, err, queue.ErrInvalidDuration)
 		return
@@ -42,10 +40,8 @@ func TestHugeExtendKeepsTheLease(t *testing.T) {
 // A huge Defer must keep the message away, not make it visible at once.
 func TestHugeDeferKeepsTheMessageAway(t *testing.T) {
 	e := newEnv(t, nil)
-	_, err := e.q.Enqueue(context.Background(), queue.Message{Key: "k", Body: []byte("b")})
-	require.NoError(t, err)
-	m := e.receiveNow(t)
-	err = e.q.Defer(context.Background(), m, math.MaxInt64)
+	m := e.leaseOne(t)
+	err := e.q.Defer(context.Background(), m, math.MaxInt64)
 	if err != nil {
 		require.ErrorIs(t, err, queue.ErrInvalidDuration)
 		return
@@ -56,9 +52,7 @@ func TestHugeDeferKeepsTheMessageAway(t *testing.T) {
 // A huge Visibility must not make a leased message visible at once.
 func TestHugeVisibilityKeepsTheLease(t *testing.T) {
 	e := newEnv(t, &queue.Options{Visibility: math.MaxInt64})
-	_, err := e.q.Enqueue(context.Background(), queue.Message{Key: "k", Body: []byte("b")})
-	require.NoError(t, err)
-	m := e.receiveNow(t)
+	m := e.leaseOne(t)
 	require.True(t, m.LeaseUntil.After(e.time.Now()), "lease until %v", m.LeaseUntil)
 	e.empty(t)
 }
@@ -67,10 +61,16 @@ func TestHugeVisibilityKeepsTheLease(t *testing.T) {
 // must park the message, not wrap its next visible time into the past.
 func TestHugeRetryAfterDoesNotWrapAround(t *testing.T) {
 	e := newEnv(t, &queue.Options{Retry: &retry.Policy{MaxRetryAfter: math.MaxInt64}})
-	_, err := e.q.Enqueue(context.Background(), queue.Message{Key: "k", Body: []byte("b")})
-	require.NoError(t, err)
-	m := e.receiveNow(t)
+	m := e.leaseOne(t)
 	require.NoError(t, e.q.Nack(context.Background(), m, retry.After(math.MaxInt64, errors.New("busy"))))
 	e.empty(t)
 	require.EqualValues(t, 1, e.stats(t).Delayed)
+}
+
+// leaseOne enqueues message "k" and receives it.
+func (e *env) leaseOne(t *testing.T) *queue.Message {
+	t.Helper()
+	_, err := e.q.Enqueue(context.Background(), queue.Message{Key: "k", Body: []byte("b")})
+	require.NoError(t, err)
+	return e.receiveNow(t)
 }

@@ -53,9 +53,7 @@ func TestCloseAndCancelWakeBlockedReceivers(t *testing.T) {
 func TestAckedMessageIsFencedAndItsKeyADuplicate(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	_, err := e.q.Enqueue(ctx, queue.Message{Key: "k", Body: []byte("b")})
-	require.NoError(t, err)
-	m := e.receiveNow(t)
+	m := e.leaseOne(t)
 	require.NoError(t, e.q.Ack(ctx, m))
 	require.ErrorIs(t, e.q.Ack(ctx, m), oncekv.ErrFenced)
 	require.ErrorIs(t, e.q.Nack(ctx, m, nil), oncekv.ErrFenced)
@@ -69,9 +67,7 @@ func TestAckedMessageIsFencedAndItsKeyADuplicate(t *testing.T) {
 // the message at once, as it was.
 func TestNackWithItsOwnCancelledContextReleasesTheMessage(t *testing.T) {
 	e := newEnv(t, &queue.Options{Retry: &retry.Policy{MaxAttempts: 1}})
-	_, err := e.q.Enqueue(context.Background(), queue.Message{Key: "k", Body: []byte("b")})
-	require.NoError(t, err)
-	m := e.receiveNow(t)
+	m := e.leaseOne(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.NoError(t, e.q.Nack(ctx, m, fmt.Errorf("send: %w", ctx.Err())))
@@ -83,7 +79,7 @@ func TestNackWithItsOwnCancelledContextReleasesTheMessage(t *testing.T) {
 	require.Empty(t, m2.LastError)
 
 	// Another cause with a done ctx: ctx's error, nothing changed.
-	err = e.q.Nack(ctx, m2, errors.New("boom"))
+	err := e.q.Nack(ctx, m2, errors.New("boom"))
 	require.ErrorIs(t, err, context.Canceled)
 	require.EqualValues(t, 1, e.stats(t).InFlight)
 }
@@ -98,11 +94,9 @@ func (panicky) RetryAfter() time.Duration { panic("user panic") }
 func TestNackPanicInCauseIsTheCallersAndReleasesTheStore(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	_, err := e.q.Enqueue(ctx, queue.Message{Key: "k", Body: []byte("b")})
-	require.NoError(t, err)
-	m := e.receiveNow(t)
+	m := e.leaseOne(t)
 	require.PanicsWithValue(t, "user panic", func() { _ = e.q.Nack(ctx, m, panicky{}) })
-	_, err = e.q.Enqueue(ctx, queue.Message{Key: "k2", Body: []byte("b")})
+	_, err := e.q.Enqueue(ctx, queue.Message{Key: "k2", Body: []byte("b")})
 	require.NoError(t, err)
 	require.NoError(t, e.q.Ack(ctx, m), "the panicking nack changed nothing")
 }
