@@ -105,8 +105,8 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 		o.Now = time.Now
 	}
 	return func(ctx context.Context, m *queue.Message) error {
-		if !validValue(m.Key) {
-			return retry.Permanent(fmt.Errorf("%w: %q", ErrInvalidKey, m.Key))
+		if err := CheckKey(m.Key); err != nil {
+			return retry.Permanent(err)
 		}
 		req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(m.Body))
 		if err != nil {
@@ -170,6 +170,17 @@ func validToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// CheckKey returns nil if key can travel as HTTPSender's Idempotency-Key
+// as it is, and otherwise an error matching ErrInvalidKey that quotes it.
+// HTTPSender dead-letters a message whose key fails it; a producer calls
+// it before EnqueueTx to refuse such a key at once instead.
+func CheckKey(key string) error {
+	if !validValue(key) {
+		return fmt.Errorf("%w: %q", ErrInvalidKey, clip(key))
+	}
+	return nil
 }
 
 // validValue reports whether s can be a header value as it is: no control

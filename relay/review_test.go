@@ -113,3 +113,12 @@ func TestRelayStopDoesNotDeadLetterAnInterruptedLastAttempt(t *testing.T) {
 	require.NoError(t, run.stop(t))
 	require.Zero(t, e.stats(t).Depth)
 }
+
+func TestCheckKey(t *testing.T) {
+	for _, k := range []string{"", "a\nb", " k", "k\t", "k\x7f"} {
+		require.ErrorIs(t, relay.CheckKey(k), relay.ErrInvalidKey, "%q", k)
+	}
+	for _, k := range []string{"k", "order-1/é", "a b", "a\tb"} {
+		require.NoError(t, relay.CheckKey(k), "%q", k)
+	}
+}
