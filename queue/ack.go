@@ -128,6 +128,9 @@ func (q *Queue) held(otx *oncekv.Tx, m *Message, fn func(t *tx, r *record) error
 	if err := q.checkOpen(); err != nil {
 		return err
 	}
+	if m.queue != "" && m.queue != q.name {
+		return fmt.Errorf("%w: the message was delivered by queue %q", oncekv.ErrFenced, m.queue)
+	}
 	t, err := q.begin(otx)
 	if err != nil {
 		return err

@@ -176,7 +176,9 @@ func (q *Queue) receiveTx(otx *oncekv.Tx, n int) ([]*Message, error) {
 		if err := t.setVisible(id, r, r.LeaseUntil, true); err != nil {
 			return nil, err
 		}
-		ms = append(ms, r.message(id))
+		m := r.message(id)
+		m.queue = q.name
+		ms = append(ms, m)
 	}
 	return ms, nil
 }

@@ -195,3 +195,29 @@ func TestConcurrentConsumersNeverShareALease(t *testing.T) {
 	require.Equal(t, st.Depth, st.Ready+st.InFlight+st.Delayed+st.Waiting, "%+v", st)
 	require.EqualValues(t, 800, st.Enqueued)
 }
+
+// A message handed to another queue of the same store (same ID, key and
+// token, as two fresh queues give) is fenced there, not acked.
+func TestMessageOfAnotherQueueIsFenced(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	other, err := queue.Open(e.db, "other", &queue.Options{Timer: e.time.Timer})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, other.Close()) }()
+	m := e.leaseOne(t)
+	_, err = other.Enqueue(ctx, queue.Message{Key: "k", Body: []byte("b")})
+	require.NoError(t, err)
+	om, err := other.Receive(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []any{m.ID, m.Key, m.Token}, []any{om.ID, om.Key, om.Token})
+
+	require.ErrorIs(t, other.Ack(ctx, m), oncekv.ErrFenced)
+	require.ErrorIs(t, other.Nack(ctx, m, nil), oncekv.ErrFenced)
+	require.ErrorIs(t, other.Extend(ctx, m, time.Minute), oncekv.ErrFenced)
+	require.ErrorIs(t, e.db.Update(func(tx *oncekv.Tx) error { return other.AckTx(tx, m) }), oncekv.ErrFenced)
+	st, err := other.Stats()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.InFlight, "other's message untouched")
+	require.NoError(t, other.Ack(ctx, om))
+	require.NoError(t, e.q.Ack(ctx, m))
+}
