@@ -103,7 +103,15 @@ func (o *Options) withDefaults() (Options, *retry.Retrier, error) {
 			return t.C, t.Stop
 		}
 	}
-	r, err := retry.New(c.Retry)
+	var policy *retry.Policy
+	if c.Retry != nil {
+		// The budget is the relay's to ask before a retry is sent; a
+		// Nack spending from it too would charge each retry twice.
+		p := *c.Retry
+		p.Budget = nil
+		policy = &p
+	}
+	r, err := retry.New(policy)
 	if err != nil {
 		errs = append(errs, err)
 	}

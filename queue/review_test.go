@@ -221,3 +221,15 @@ func TestMessageOfAnotherQueueIsFenced(t *testing.T) {
 	require.NoError(t, other.Ack(ctx, om))
 	require.NoError(t, e.q.Ack(ctx, m))
 }
+
+// Options.Retry's doc: its Budget is not used by the queue (the relay
+// asks it before each retry); a Nack must not spend from it.
+func TestNackDoesNotSpendThePolicysBudget(t *testing.T) {
+	b, err := retry.NewBudget(&retry.BudgetOptions{Now: newFakeTime().Now})
+	require.NoError(t, err)
+	e := newEnv(t, &queue.Options{Retry: &retry.Policy{Budget: b}})
+	m := e.leaseOne(t)
+	require.NoError(t, e.q.Nack(context.Background(), m, errors.New("again")))
+	st := b.Stats()
+	require.Zero(t, st.Withdrawals+st.Refused, "%+v", st)
+}
