@@ -233,3 +233,27 @@ func TestNackDoesNotSpendThePolicysBudget(t *testing.T) {
 	st := b.Stats()
 	require.Zero(t, st.Withdrawals+st.Refused, "%+v", st)
 }
+
+// EnqueueTx in a read transaction is ErrTxNotWritable; twice in one write
+// transaction with one key, the second is the first's duplicate.
+func TestEnqueueTxReadOnlyAndTwiceInOneTx(t *testing.T) {
+	e := newEnv(t, nil)
+	m := queue.Message{Key: "k", Body: []byte("b")}
+	err := e.db.View(func(tx *oncekv.Tx) error { _, err := e.q.EnqueueTx(tx, m); return err })
+	require.ErrorIs(t, err, oncekv.ErrTxNotWritable)
+	var a, b uint64
+	require.NoError(t, e.db.Update(func(tx *oncekv.Tx) (err error) {
+		if a, err = e.q.EnqueueTx(tx, m); err != nil {
+			return err
+		}
+		b, err = e.q.EnqueueTx(tx, m)
+		return err
+	}))
+	require.Equal(t, a, b)
+	require.EqualValues(t, 1, e.stats(t).Depth)
+	err = e.db.Update(func(tx *oncekv.Tx) error {
+		_, err := e.q.EnqueueTx(tx, queue.Message{Key: "k", Body: []byte("other")})
+		return err
+	})
+	require.ErrorIs(t, err, oncekv.ErrKeyReuse)
+}
