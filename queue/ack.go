@@ -57,7 +57,13 @@ func (q *Queue) Nack(ctx context.Context, m *Message, cause error) error {
 		// The store's mark of a permanent error is the retry package's too.
 		cause = retry.Permanent(cause)
 	}
-	return q.update(ctx, "nack", m, func(otx *oncekv.Tx) error {
+	uctx := ctx
+	if err := ctx.Err(); err != nil && errors.Is(cause, err) {
+		// Giving the message back because ctx is done must not be
+		// refused for that very reason.
+		uctx = context.WithoutCancel(ctx)
+	}
+	return q.update(uctx, "nack", m, func(otx *oncekv.Tx) error {
 		return q.held(otx, m, func(t *tx, r *record) error {
 			d := q.retrier.Decide(ctx, r.Attempt, cause, time.Unix(0, t.now))
 			if d.Reason != retry.ReasonCanceled {
@@ -69,7 +75,8 @@ func (q *Queue) Nack(ctx context.Context, m *Message, cause error) error {
 			}
 			r.LeaseUntil = 0
 			otx.OnCommit(q.wakeAll)
-			return t.setVisible(m.ID, r, d.At.UnixNano(), false)
+			// From Delay, not At: At.UnixNano is undefined past 2262.
+			return t.setVisible(m.ID, r, later(t.now, d.Delay), false)
 		})
 	})
 }
@@ -88,7 +95,7 @@ func (q *Queue) Extend(ctx context.Context, m *Message, d time.Duration) error {
 	var until int64
 	err := q.batch.do(ctx, func(otx *oncekv.Tx) error {
 		return q.held(otx, m, func(t *tx, r *record) error {
-			until = t.now + int64(d)
+			until = later(t.now, d)
 			r.LeaseUntil = until
 			return t.setVisible(m.ID, r, until, true)
 		})
@@ -120,6 +127,9 @@ func (q *Queue) held(otx *oncekv.Tx, m *Message, fn func(t *tx, r *record) error
 	}
 	if err := q.checkOpen(); err != nil {
 		return err
+	}
+	if m.queue != "" && m.queue != q.name {
+		return fmt.Errorf("%w: the message was delivered by queue %q", oncekv.ErrFenced, m.queue)
 	}
 	t, err := q.begin(otx)
 	if err != nil {
@@ -176,7 +186,7 @@ func (q *Queue) Defer(ctx context.Context, m *Message, d time.Duration) error {
 			r.Attempt = max(r.Attempt-1, 0)
 			r.LeaseUntil = 0
 			otx.OnCommit(q.wakeAll)
-			return t.setVisible(m.ID, r, t.now+int64(d), false)
+			return t.setVisible(m.ID, r, later(t.now, d), false)
 		})
 	})
 }

@@ -93,7 +93,7 @@ func (q *Queue) insertTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	r := &record{Key: m.Key, Body: m.Body, Order: m.OrderingKey, EnqueuedAt: t.now, Due: t.now + int64(m.Delay)}
+	r := &record{Key: m.Key, Body: m.Body, Order: m.OrderingKey, EnqueuedAt: t.now, Due: later(t.now, m.Delay)}
 	if err := t.makeRoom(r.size()); err != nil {
 		return 0, err
 	}

@@ -33,6 +33,8 @@ var (
 	ErrInvalidDuration = errors.New("oncekv: queue: invalid duration")
 	// ErrNoMessage: a nil *Message was given to Ack, Nack or Extend.
 	ErrNoMessage = errors.New("oncekv: queue: nil message")
+	// ErrNilDB: Open was given a nil *oncekv.DB.
+	ErrNilDB = errors.New("oncekv: queue: nil store")
 	// ErrQueueClosed: the Queue was closed.
 	ErrQueueClosed = errors.New("oncekv: queue: closed")
 )

@@ -37,4 +37,9 @@ type Message struct {
 	LastError string
 	// DeadAt is when it was dead-lettered; zero for a live message.
 	DeadAt time.Time
+
+	// queue names the queue that delivered it: another queue of the store
+	// may hold a message with the same ID, key and token. Empty in a
+	// Message the caller built, which is then judged by those alone.
+	queue string
 }

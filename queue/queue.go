@@ -103,7 +103,15 @@ func (o *Options) withDefaults() (Options, *retry.Retrier, error) {
 			return t.C, t.Stop
 		}
 	}
-	r, err := retry.New(c.Retry)
+	var policy *retry.Policy
+	if c.Retry != nil {
+		// The budget is the relay's to ask before a retry is sent; a
+		// Nack spending from it too would charge each retry twice.
+		p := *c.Retry
+		p.Budget = nil
+		policy = &p
+	}
+	r, err := retry.New(policy)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -163,10 +171,15 @@ type regKey struct {
 // Open returns the queue name in db, creating its buckets on first use.
 // opts may be nil for defaults. Opening a queue that is already open in
 // this process returns the same *Queue if the options agree
-// (ErrConflictingOptions if not); each Open needs its own Close.
+// (ErrConflictingOptions if not); each Open needs its own Close. Errors:
+// ErrNilDB, ErrInvalidName, ErrInvalidOptions, ErrConflictingOptions,
+// ErrTooManyQueues, the store's.
 func Open(db *oncekv.DB, name string, opts *Options) (*Queue, error) {
 	if err := checkName(name); err != nil {
 		return nil, &Error{Op: "open", Queue: clip(name), Err: err}
+	}
+	if db == nil {
+		return nil, &Error{Op: "open", Queue: name, Err: ErrNilDB}
 	}
 	o, r, err := opts.withDefaults()
 	if err != nil {

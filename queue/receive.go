@@ -172,11 +172,13 @@ func (q *Queue) receiveTx(otx *oncekv.Tx, n int) ([]*Message, error) {
 		}
 		r.Attempt++
 		r.Token = token
-		r.LeaseUntil = t.now + int64(q.opts.Visibility)
+		r.LeaseUntil = later(t.now, q.opts.Visibility)
 		if err := t.setVisible(id, r, r.LeaseUntil, true); err != nil {
 			return nil, err
 		}
-		ms = append(ms, r.message(id))
+		m := r.message(id)
+		m.queue = q.name
+		ms = append(ms, m)
 	}
 	return ms, nil
 }

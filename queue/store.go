@@ -3,6 +3,7 @@ package queue
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -244,4 +245,15 @@ func parseIndexKey(k []byte) (int64, uint64, error) {
 
 func (q *Queue) countOnCommit(otx *oncekv.Tx, c *atomic.Uint64) {
 	otx.OnCommit(func() { c.Add(1) })
+}
+
+// later returns d after now, both in nanoseconds, saturated at the
+// largest time: a huge Delay, Visibility, Extend or Defer (a user's
+// "forever") must not wrap around into the past and make a message
+// visible at once.
+func later(now int64, d time.Duration) int64 {
+	if d > 0 && now > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return now + int64(d)
 }

@@ -43,8 +43,10 @@
 //   - Run stops when ctx is done: no new message is received, and sends in
 //     flight get Options.Grace to finish; then their context is cancelled.
 //     A send that failed or was cancelled is nacked (the attempt counts:
-//     it may have reached the far side); a message received but not yet
-//     sent is deferred without counting.
+//     it may have reached the far side); one cancelled by the stop is
+//     released at once, without backoff, and never dead-lettered, even on
+//     its last attempt. A message received but not yet sent is deferred
+//     without counting.
 //
 // # Caveats
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,10 +56,13 @@ type HTTPOptions struct {
 // retry.HTTPStatus: 2xx is done; 408, 409 (the far side is still working
 // on the key), 429 and 5xx are retried, not before their Retry-After; 400,
 // 422 and every other status are permanent (dead letter). Network errors
-// are retried. A key that cannot travel as it is (a control character,
+// are retried. A redirect that keeps the method and body (307, 308) is
+// followed; one that would turn the request into a body-less GET (301,
+// 302, 303) is a permanent ErrRedirect. A key that cannot travel as it is (a control character,
 // spaces at its ends) is a permanent ErrInvalidKey, sent to nobody.
 //
-// Errors: ErrInvalidSender when method or url cannot make a request.
+// Errors: ErrInvalidSender when method, url or a header of opts cannot
+// make a request.
 func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (Sender, error) {
 	var o HTTPOptions
 	if opts != nil {
@@ -67,6 +71,7 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 	if client == nil {
 		client = http.DefaultClient
 	}
+	client = keepBody(client)
 	if method == "" {
 		method = http.MethodPost
 	}
@@ -82,6 +87,13 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 	if !validToken(o.KeyHeader) || !validToken(o.FenceHeader) || o.KeyHeader == o.FenceHeader {
 		return nil, fmt.Errorf("%w: header names %q and %q", ErrInvalidSender, o.KeyHeader, o.FenceHeader)
 	}
+	for name, values := range o.Header {
+		for _, v := range values {
+			if !validToken(name) || !noControl(v) {
+				return nil, fmt.Errorf("%w: header %q: %q", ErrInvalidSender, clip(name), clip(v))
+			}
+		}
+	}
 	header := o.Header.Clone()
 	if header == nil {
 		header = http.Header{}
@@ -93,8 +105,8 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 		o.Now = time.Now
 	}
 	return func(ctx context.Context, m *queue.Message) error {
-		if !validValue(m.Key) {
-			return retry.Permanent(fmt.Errorf("%w: %q", ErrInvalidKey, m.Key))
+		if err := CheckKey(m.Key); err != nil {
+			return retry.Permanent(err)
 		}
 		req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(m.Body))
 		if err != nil {
@@ -104,6 +116,9 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 		req.Header.Set(o.KeyHeader, m.Key)
 		req.Header.Set(o.FenceHeader, strconv.FormatUint(m.Token, 10))
 		resp, err := client.Do(req)
+		if errors.Is(err, ErrRedirect) {
+			return retry.Permanent(err)
+		}
 		if err != nil {
 			return err // transient: the request may or may not have arrived
 		}
@@ -111,6 +126,34 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		return retry.HTTPStatus(resp.StatusCode, resp.Header, o.Now())
 	}, nil
+}
+
+// maxRedirects is net/http's own limit, which a CheckRedirect of ours
+// replaces.
+const maxRedirects = 10
+
+// keepBody returns a copy of client (the Transport and Jar shared) that
+// refuses a redirect changing the method: net/http follows a 301, 302 or
+// 303 of a POST as a GET without the body, and a 2xx to that GET would
+// ack a message the far side never got. 307 and 308 keep the method and
+// body, and are followed as client's CheckRedirect says.
+func keepBody(client *http.Client) *http.Client {
+	c := *client
+	check := client.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if first := via[0]; req.Method != first.Method {
+			return fmt.Errorf("%w: %s %s answered %d, to %s %s", ErrRedirect,
+				first.Method, first.URL.Redacted(), req.Response.StatusCode, req.Method, req.URL.Redacted())
+		}
+		if check != nil {
+			return check(req, via)
+		}
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxRedirects)
+		}
+		return nil
+	}
+	return &c
 }
 
 // validToken reports whether s is an RFC 9110 token (a method or a header
@@ -129,6 +172,17 @@ func validToken(s string) bool {
 	return true
 }
 
+// CheckKey returns nil if key can travel as HTTPSender's Idempotency-Key
+// as it is, and otherwise an error matching ErrInvalidKey that quotes it.
+// HTTPSender dead-letters a message whose key fails it; a producer calls
+// it before EnqueueTx to refuse such a key at once instead.
+func CheckKey(key string) error {
+	if !validValue(key) {
+		return fmt.Errorf("%w: %q", ErrInvalidKey, clip(key))
+	}
+	return nil
+}
+
 // validValue reports whether s can be a header value as it is: no control
 // characters, and no spaces at its ends (which a server would trim, so
 // the far side would see another key).
@@ -136,10 +190,26 @@ func validValue(s string) bool {
 	if s == "" || s[0] == ' ' || s[0] == '\t' || s[len(s)-1] == ' ' || s[len(s)-1] == '\t' {
 		return false
 	}
+	return noControl(s)
+}
+
+// noControl reports whether s has no control character but tab: what
+// net/http's Transport accepts in a header value (it fails the request
+// otherwise, which would look like a transient network error).
+func noControl(s string) bool {
 	for i := range len(s) {
 		if c := s[i]; c < 0x20 && c != '\t' || c == 0x7f {
 			return false
 		}
 	}
 	return true
+}
+
+// clip bounds how much of a user's header an error message repeats.
+func clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

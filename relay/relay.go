@@ -218,6 +218,12 @@ func (r *Relay) deliver(runCtx, sendCtx context.Context, i int, m *queue.Message
 		r.c.backoff.Store(0)
 		return r.settle(r.q.Ack(local, m), &r.c.sent)
 	}
+	if stopped := sendCtx.Err(); stopped != nil && errors.Is(err, stopped) {
+		// Cut short by Run's stop, not the message's fault: nacked with
+		// sendCtx, the queue releases it at once, never dead-lettered
+		// (the attempt still counts: it may have reached the far side).
+		return r.settle(r.q.Nack(sendCtx, m, err), &r.c.failed)
+	}
 	dead := retry.IsPermanent(err) || oncekv.IsPermanent(err) ||
 		r.policy.MaxAttempts > 0 && m.Attempt >= r.policy.MaxAttempts
 	nerr := r.q.Nack(local, m, err)

@@ -85,8 +85,15 @@ func Open(path, url string, o *Options) (*Agent, error) {
 
 // Record stores r and puts it in the outbox, in one transaction. A reading
 // recorded before (same ID, same content) is a duplicate: nothing is
-// enqueued again. The same ID with other content is oncekv.ErrKeyReuse.
+// enqueued again. The same ID with other content is oncekv.ErrKeyReuse;
+// an ID that cannot be an HTTP header value (empty, a control character,
+// spaces at its ends) is relay.ErrInvalidKey, and nothing is recorded.
 func (a *Agent) Record(ctx context.Context, r Reading) (duplicate bool, err error) {
+	// An id that cannot travel in the Idempotency-Key header would only
+	// reach the dead letters: refuse it here, where the sensor hears it.
+	if err := relay.CheckKey(r.ID); err != nil {
+		return false, fmt.Errorf("edge-agent: reading id: %w", err)
+	}
 	body, err := json.Marshal(r)
 	if err != nil {
 		return false, fmt.Errorf("edge-agent: reading %q: %w", r.ID, err)
