@@ -205,6 +205,7 @@ func (m *Middleware) finish(rec *recorder, r *http.Request, c *oncekv.Claim, st 
 			// pass for success.
 			panic(http.ErrAbortHandler)
 		}
+		rec.dropHeaders()
 		writeProblem(rec.w, ProblemStoreFailed, http.StatusInternalServerError, "the response could not be recorded; retry the request")
 		return
 	}

@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"errors"
 	"io"
 	"math"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/idemhttp"
 )
 
@@ -47,4 +49,26 @@ func TestDeclaredContentLengthIsNotAllocated(t *testing.T) {
 	require.NotPanics(t, func() { mw.Wrap(echo).ServeHTTP(rec, req) })
 	require.Equal(t, http.StatusCreated, rec.Code)
 	require.Equal(t, "x", rec.Body.String())
+}
+
+// A response that could not be stored was never given: the 500 that
+// replaces it must not carry the handler's Location, ETag or Set-Cookie
+// (a cookie for an order that does not exist, a Location to nowhere).
+func TestFailedCommitAnswerCarriesNoneOfTheHandlersHeaders(t *testing.T) {
+	db := openDB(t, newClock(), nil)
+	srv := serve(t, db, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stage(t, r, func(*oncekv.Tx) error { return errors.New("disk says no") })
+		w.Header().Set("Location", "/orders/1")
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Set-Cookie", "order=1")
+		w.Header().Set("X-Order", "1")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	rep := send(t, srv, call{key: "k", user: "alice"})
+	require.Equal(t, http.StatusInternalServerError, rep.status)
+	typ, _ := problemOf(t, rep)
+	require.Equal(t, idemhttp.ProblemStoreFailed, typ)
+	for _, name := range []string{"Location", "ETag", "Set-Cookie", "X-Order"} {
+		require.Empty(t, rep.header.Values(name), name)
+	}
 }
