@@ -1,6 +1,7 @@
 package idemhttp_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -71,4 +73,28 @@ func TestFailedCommitAnswerCarriesNoneOfTheHandlersHeaders(t *testing.T) {
 	for _, name := range []string{"Location", "ETag", "Set-Cookie", "X-Order"} {
 		require.Empty(t, rep.header.Values(name), name)
 	}
+}
+
+// Retry-After is what is left of the running request's lease, by the
+// store's clock.
+func TestRetryAfterIsTheRemainingLease(t *testing.T) {
+	b := newBlocker()
+	defer b.free()
+	clk := newClock()
+	srv := serve(t, openDB(t, clk, nil), &idemhttp.Options{Lease: 90 * time.Second}, b)
+	c := call{key: "k", user: "alice"}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = trySend(context.Background(), srv, c)
+	}()
+	<-b.started
+
+	clk.Add(60 * time.Second)
+	rep := send(t, srv, c)
+	require.Equal(t, http.StatusConflict, rep.status)
+	require.Equal(t, "30", rep.header.Get("Retry-After"))
+
+	b.free()
+	<-done
 }
