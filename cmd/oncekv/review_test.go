@@ -37,3 +37,30 @@ func TestFailedLoadLeavesNoStoreBehind(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "1500 keys")
 }
+
+// A store file cut short by a power cut (empty, or truncated mid-file) is
+// exactly what check is for: a problem found (exit 1) with a message that
+// says what is wrong, not an error about a write a read-only open tried.
+// Read commands say the same with exit 2, and leave the file as it was.
+func TestCheckReportsATruncatedFile(t *testing.T) {
+	path := fixture(t)
+	whole, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for name, size := range map[string]int{"empty": 0, "one page": 4096, "three pages": 3 * 4096} {
+		t.Run(name, func(t *testing.T) {
+			cut := filepath.Join(t.TempDir(), "cut.db")
+			require.NoError(t, os.WriteFile(cut, whole[:size], 0o600))
+			r := cli(t, "check", cut)
+			require.Equal(t, 1, r.code, r.stdout+r.stderr)
+			require.NotContains(t, r.stdout+r.stderr, "bad file descriptor")
+			require.Contains(t, r.stdout, "cut.db")
+
+			r = cli(t, "stats", cut)
+			require.Equal(t, 2, r.code, r.stdout+r.stderr)
+			require.NotContains(t, r.stderr, "bad file descriptor")
+			after, err := os.ReadFile(cut)
+			require.NoError(t, err)
+			require.Equal(t, whole[:size], after, "a read-only command changed the file")
+		})
+	}
+}

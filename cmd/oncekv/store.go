@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/oncekv/oncekv"
@@ -55,6 +56,12 @@ func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
 	}
 	if !exists(path) && (readOnly || !s.create) {
 		return nil, fmt.Errorf("oncekv: %s: no such file", path)
+	}
+	if fi, err := os.Stat(path); readOnly && err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		// bbolt would set up an empty file as a new one, and fail doing so
+		// on a read-only handle ("bad file descriptor"); an empty file is
+		// no store, or one cut short, which check must report as found.
+		return nil, fmt.Errorf("%w: %s is empty (0 bytes)", oncekv.ErrNotOncekv, path)
 	}
 	for {
 		db, err := oncekv.Open(path, opts)
