@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -63,4 +64,21 @@ func TestCheckReportsATruncatedFile(t *testing.T) {
 			require.Equal(t, whole[:size], after, "a read-only command changed the file")
 		})
 	}
+}
+
+// expire and load go by -retention; 0 is no dedup window at all, and must
+// not be taken for "whatever fits the file" (other commands' fallback,
+// which halves the retention until Open accepts it): that would expire
+// marks the program still deduplicates by.
+func TestZeroRetentionIsRefused(t *testing.T) {
+	path := fixture(t)
+	before := cli(t, "marks", path, "-json")
+	require.Equal(t, 0, before.code, before.stderr)
+	r := cli(t, "expire", path, "-retention", "0", "-now", at(9*24*time.Hour))
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
+	require.Contains(t, r.stderr, "-retention")
+	require.Equal(t, before.stdout, cli(t, "marks", path, "-json").stdout, "nothing expired")
+
+	r = cli(t, "load", filepath.Join(t.TempDir(), "new.db"), "-", "-retention", "0")
+	require.Equal(t, 2, r.code, r.stdout+r.stderr)
 }
