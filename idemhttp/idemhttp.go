@@ -48,7 +48,9 @@ func New(db *oncekv.DB, opts *Options) (*Middleware, error) {
 	for _, name := range o.FingerprintHeaders {
 		m.fingerprint = append(m.fingerprint, http.CanonicalHeaderKey(name))
 	}
-	for _, name := range append([]string{"Content-Type", "Location", "ETag"}, o.ReplayHeaders...) {
+	// Content-Encoding belongs with the body: a stored body a handler
+	// compressed is unreadable replayed without it.
+	for _, name := range append([]string{"Content-Type", "Content-Encoding", "Location", "ETag"}, o.ReplayHeaders...) {
 		m.replay[http.CanonicalHeaderKey(name)] = true
 	}
 	return m, nil

@@ -1,6 +1,8 @@
 package idemhttp_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
@@ -97,4 +99,27 @@ func TestRetryAfterIsTheRemainingLease(t *testing.T) {
 
 	b.free()
 	<-done
+}
+
+// A handler that compresses its own response: the stored body is the
+// compressed bytes, and a replay without Content-Encoding would hand the
+// client bytes it cannot read as the answer.
+func TestReplayKeepsContentEncoding(t *testing.T) {
+	srv := serve(t, openDB(t, newClock(), nil), nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = zw.Write([]byte(`{"receipt":"r-1"}`))
+		check(t, zw.Close())
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(buf.Bytes())
+	}))
+	c := call{key: "k", user: "alice"}
+	first := send(t, srv, c)
+	require.Equal(t, http.StatusCreated, first.status)
+	require.Equal(t, `{"receipt":"r-1"}`, string(first.body)) // the client decoded it
+	again := send(t, srv, c)
+	require.True(t, again.replayed())
+	require.Equal(t, first.body, again.body)
 }
