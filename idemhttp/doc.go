@@ -32,9 +32,9 @@
 //     remaining lease never exceeds.
 //   - whose key has a stored response gets it back: the stored status, the
 //     body byte for byte and the headers of the replay allowlist
-//     (Content-Type, Location, ETag and Options.ReplayHeaders; Set-Cookie
-//     only if listed there), plus "Idempotent-Replayed: true". The handler
-//     does not run.
+//     (Content-Type, Content-Encoding, Location, ETag and
+//     Options.ReplayHeaders; Set-Cookie only if listed there), plus
+//     "Idempotent-Replayed: true". The handler does not run.
 //
 // Every error answer above is an RFC 9457 problem (application/problem+json)
 // whose "type" is one of the Problem... constants.

@@ -1,7 +1,7 @@
 package idemhttp
 
 // Exported for the external tests: Retry-After from an error that carries
-// the live lease's end, which the store does not return yet.
+// the live lease's end (oncekv.InProgressError), or the whole lease.
 var (
 	RetryAfter        = retryAfter
 	RetryAfterSeconds = retryAfterSeconds

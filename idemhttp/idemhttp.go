@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
@@ -47,7 +48,9 @@ func New(db *oncekv.DB, opts *Options) (*Middleware, error) {
 	for _, name := range o.FingerprintHeaders {
 		m.fingerprint = append(m.fingerprint, http.CanonicalHeaderKey(name))
 	}
-	for _, name := range append([]string{"Content-Type", "Location", "ETag"}, o.ReplayHeaders...) {
+	// Content-Encoding belongs with the body: a stored body a handler
+	// compressed is unreadable replayed without it.
+	for _, name := range append([]string{"Content-Type", "Content-Encoding", "Location", "ETag"}, o.ReplayHeaders...) {
 		m.replay[http.CanonicalHeaderKey(name)] = true
 	}
 	return m, nil
@@ -204,6 +207,7 @@ func (m *Middleware) finish(rec *recorder, r *http.Request, c *oncekv.Claim, st 
 			// pass for success.
 			panic(http.ErrAbortHandler)
 		}
+		rec.dropHeaders()
 		writeProblem(rec.w, ProblemStoreFailed, http.StatusInternalServerError, "the response could not be recorded; retry the request")
 		return
 	}
@@ -261,6 +265,10 @@ func (b *beat) stop() {
 	<-b.done
 }
 
+// preGrowMax bounds the buffer allocated from a request's declared
+// Content-Length before any of its body has arrived.
+const preGrowMax = 1 << 20
+
 var errBodyTooLarge = errors.New("oncekv: idemhttp: request body too large")
 
 // readBody reads r's body whole, up to limit bytes.
@@ -273,9 +281,13 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+		// The declared length is the client's word: it sizes the buffer
+		// only up to preGrowMax, and the body read decides the rest.
+		buf.Grow(int(min(r.ContentLength, preGrowMax)))
 	}
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1)); err != nil {
+	// One byte past the limit tells a body over it from one at it; at
+	// math.MaxInt64, limit+1 would wrap to a reader of nothing.
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, min(limit, math.MaxInt64-1)+1)); err != nil {
 		return nil, err
 	}
 	if int64(buf.Len()) > limit {

@@ -286,8 +286,8 @@ func TestInProgressIs409WithRetryAfter(t *testing.T) {
 	require.Equal(t, http.StatusConflict, rep.status)
 	typ, _ := problemOf(t, rep)
 	require.Equal(t, idemhttp.ProblemInProgress, typ)
-	// The store does not say when the live lease ends yet, so Retry-After
-	// is the whole lease: the remaining lease never exceeds it.
+	// No time has passed on the store's clock: the remaining lease is the
+	// whole lease (TestRetryAfterIsTheRemainingLease moves the clock).
 	require.Equal(t, "90", rep.header.Get("Retry-After"))
 
 	b.free()

@@ -63,8 +63,8 @@ type Options struct {
 	FingerprintHeaders []string
 
 	// ReplayHeaders are response headers stored and replayed in addition
-	// to Content-Type, Location and ETag. Set-Cookie is replayed only if
-	// listed here.
+	// to Content-Type, Content-Encoding, Location and ETag. Set-Cookie is
+	// replayed only if listed here.
 	ReplayHeaders []string
 
 	// Lease is how long a running request holds its key before another

@@ -24,10 +24,24 @@ type recorder struct {
 	omitted bool // the body passed the cap and is not recorded
 	headers []header
 	bodyLen int // set by record
+	// outer is the header map as the handler found it (what outer
+	// middlewares set), restored when the handler's response is dropped.
+	outer http.Header
 }
 
 func newRecorder(w http.ResponseWriter, m *Middleware) *recorder {
-	return &recorder{w: w, m: m, buf: make([]byte, recordPrefix, recordPrefix+512)}
+	return &recorder{w: w, m: m, buf: make([]byte, recordPrefix, recordPrefix+512), outer: w.Header().Clone()}
+}
+
+// dropHeaders undoes the handler's header changes, for an answer that
+// replaces its response: a response never given must not leak its
+// Location, ETag or Set-Cookie into the error that stands for it.
+func (rc *recorder) dropHeaders() {
+	h := rc.w.Header()
+	clear(h)
+	for name, values := range rc.outer {
+		h[name] = values
+	}
 }
 
 // Header returns the response's header map. The handler writes into the

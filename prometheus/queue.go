@@ -46,6 +46,8 @@ var queueMetrics = []queueMetric{
 		func(st *queue.Stats) float64 { return float64(st.Bytes) }),
 	queueGauge("oldest_visible_age_seconds", "How long the oldest visible message has been visible: consumer lag. 0 when none is.",
 		func(st *queue.Stats) float64 { return st.OldestVisibleAge.Seconds() }),
+	queueGauge("oldest_age_seconds", "How long ago the oldest live message (waiting or in flight) was enqueued: how far behind a relay is. 0 when the queue is empty.",
+		func(st *queue.Stats) float64 { return st.OldestAge.Seconds() }),
 	queueCounter("enqueued_total", "Messages added.",
 		func(st *queue.Stats) float64 { return float64(st.Enqueued) }),
 	queueCounter("duplicates_total", "Enqueues answered by an earlier message with the same ID, which added nothing.",

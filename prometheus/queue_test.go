@@ -59,7 +59,7 @@ func TestQueueMetrics(t *testing.T) {
 	// What driveQueue did, so that the comparison below checks the
 	// mapping, not only that the collector repeats Stats.
 	require.Equal(t, queue.Stats{Depth: 4, Ready: 2, InFlight: 1, Delayed: 1, Dead: 0, Bytes: st.Bytes,
-		OldestVisibleAge: 10 * time.Second, Enqueued: 5, Duplicates: 1, Acked: 1, Nacked: st.Nacked,
+		OldestVisibleAge: 10 * time.Second, OldestAge: 10 * time.Second, Enqueued: 5, Duplicates: 1, Acked: 1, Nacked: st.Nacked,
 		DeadLettered: 1, Redriven: 1}, st)
 
 	want := fmt.Sprintf(`
@@ -101,6 +101,9 @@ oncekv_queue_in_flight{queue="jobs"} 1
 oncekv_queue_nacked_total{queue="jobs"} %d
 # HELP oncekv_queue_oldest_visible_age_seconds How long the oldest visible message has been visible: consumer lag. 0 when none is.
 # TYPE oncekv_queue_oldest_visible_age_seconds gauge
+# HELP oncekv_queue_oldest_age_seconds How long ago the oldest live message (waiting or in flight) was enqueued: how far behind a relay is. 0 when the queue is empty.
+# TYPE oncekv_queue_oldest_age_seconds gauge
+oncekv_queue_oldest_age_seconds{queue="jobs"} 10
 oncekv_queue_oldest_visible_age_seconds{queue="jobs"} 10
 # HELP oncekv_queue_ready Messages visible now, leases that ran out included.
 # TYPE oncekv_queue_ready gauge
@@ -118,7 +121,7 @@ oncekv_queue_waiting{queue="jobs"} 0
 			names = append(names, strings.Fields(name)[0])
 		}
 	}
-	require.Len(t, names, 16)
+	require.Len(t, names, 17)
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), names...))
 
 	// The lease of the message in flight runs out (30 s by default).

@@ -16,9 +16,10 @@ func init() {
 		name: "load", short: "load a dump into a new or empty store",
 		args: "PATH FILE", nargs: 2,
 		summary: "Load a dump (JSON lines, \"-\" for standard input) into the store PATH, which must be\n" +
-			"new or empty. Marks keep their state, response and first-seen time; marks already\n" +
-			"expired by -retention are skipped, and so are claims in progress (their worker is\n" +
-			"on the other machine: those keys are applied afresh).",
+			"new or empty; a load that fails removes a file it created. Marks keep their state,\n" +
+			"response and first-seen time; marks already expired by -retention are skipped, and\n" +
+			"so are claims in progress (their worker is on the other machine: those keys are\n" +
+			"applied afresh).",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			sf := storeFlags{create: true}
 			sf.register(fs, false, true)
@@ -57,10 +58,21 @@ func runLoad(sf *storeFlags, out io.Writer, path, file string) (err error) {
 		defer f.Close()
 		in = f
 	}
+	created := !exists(path)
 	db, err := sf.open(path, false)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		// Runs after the close below. A failed load into a file it created
+		// takes the file away, half-loaded batches and all, so that the
+		// same load can run again once the dump is fixed.
+		if err != nil && created {
+			if rerr := os.Remove(path); rerr != nil {
+				fmt.Fprintf(warnings, "oncekv: warning: the half-loaded %s could not be removed: %v\n", path, rerr)
+			}
+		}
+	}()
 	defer closeInto(db, &err)
 	if err := requireEmpty(db); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/oncekv/oncekv"
@@ -20,12 +21,17 @@ type storeFlags struct {
 	// other command refuses a path that is not there, rather than leave an
 	// empty store behind a typo.
 	create bool
+	// byRetention: the command goes by -retention (expire, load), so it
+	// must be a real window, never fitted to the file as other commands'
+	// Retention is.
+	byRetention bool
 }
 
 // register adds the store flags to fs: a read command also gets -json,
 // and one that goes by the dedup window (expire, load) -retention.
 func (s *storeFlags) register(fs *flag.FlagSet, read, retention bool) {
 	fs.StringVar(&s.now, "now", "", "the time to judge leases, ages and expiry by, RFC 3339 (default: the system clock)")
+	s.byRetention = retention
 	if retention {
 		fs.DurationVar(&s.retention, "retention", oncekv.DefaultRetention,
 			"the dedup window the program uses on this store: it is not kept in the file, and expiry goes by it")
@@ -46,6 +52,9 @@ func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
 		KeepOrphanedClaims: true,
 		OpenTimeout:        time.Second,
 	}
+	if s.byRetention && s.retention == 0 {
+		return nil, &usageError{"-retention 0: give the dedup window the program uses on this store"}
+	}
 	if s.now != "" {
 		t, err := time.Parse(time.RFC3339Nano, s.now)
 		if err != nil {
@@ -55,6 +64,12 @@ func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
 	}
 	if !exists(path) && (readOnly || !s.create) {
 		return nil, fmt.Errorf("oncekv: %s: no such file", path)
+	}
+	if fi, err := os.Stat(path); readOnly && err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		// bbolt would set up an empty file as a new one, and fail doing so
+		// on a read-only handle ("bad file descriptor"); an empty file is
+		// no store, or one cut short, which check must report as found.
+		return nil, fmt.Errorf("%w: %s is empty (0 bytes)", oncekv.ErrNotOncekv, path)
 	}
 	for {
 		db, err := oncekv.Open(path, opts)
