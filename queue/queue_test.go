@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -598,4 +599,50 @@ func TestBadInput(t *testing.T) {
 	_, err = e.q.Stats()
 	require.ErrorIs(t, err, queue.ErrQueueClosed)
 	require.NoError(t, e.q.Close(), "twice is fine")
+}
+
+// TestReceiveWakesWhenTheClockMovedWhileItSetItsTimer: a receiver looks,
+// finds a message due in 10s, and sets a timer; if an injected clock moves
+// on between the look and the timer, a timer counted from then would ring
+// late, past the message's time, and the receiver would sleep on while the
+// message is visible (a lost wake-up, until the clock moves again).
+func TestReceiveWakesWhenTheClockMovedWhileItSetItsTimer(t *testing.T) {
+	for _, moved := range []time.Duration{time.Second, 4 * time.Second, 9 * time.Second} {
+		t.Run(moved.String(), func(t *testing.T) {
+			ft := newFakeTime()
+			db, err := oncekv.Open(filepath.Join(t.TempDir(), "q.db"), &oncekv.Options{NoSync: true, Now: ft.Now, ExpireInterval: -1})
+			require.NoError(t, err)
+			defer db.Close()
+			var once sync.Once
+			timer := func(d time.Duration) (<-chan time.Time, func() bool) {
+				// The clock moves on, once, just as the first timer is set.
+				once.Do(func() { ft.Advance(moved) })
+				return ft.Timer(d)
+			}
+			q, err := queue.Open(db, "jobs", &queue.Options{Timer: timer})
+			require.NoError(t, err)
+			defer q.Close()
+			_, err = q.Enqueue(ctx, queue.Message{Key: "due", Delay: 10 * time.Second})
+			require.NoError(t, err)
+			got := make(chan string, 1)
+			go func() {
+				m, err := q.Receive(ctx)
+				if err == nil {
+					got <- m.Key
+				}
+			}()
+			<-ft.made // the first timer (set while the clock moved)
+			select {
+			case <-ft.made: // set again from the clock's new reading
+			case <-time.After(2 * time.Second): // (a receiver that keeps the late timer)
+			}
+			ft.Advance(10*time.Second - moved)
+			select {
+			case k := <-got:
+				require.Equal(t, "due", k)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the receiver slept past its message's time")
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/oncekv/oncekv"
@@ -45,11 +46,11 @@ func (q *Queue) ReceiveBatch(ctx context.Context, n int) ([]*Message, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, q.wrap("receive", nil, err)
 		}
-		ms, wait, err := q.tryReceive(ctx, n)
+		ms, next, err := q.tryReceive(ctx, n)
 		if err != nil || len(ms) > 0 {
 			return ms, q.wrap("receive", nil, err)
 		}
-		if err := q.wait(ctx, wake, wait); err != nil {
+		if err := q.wait(ctx, wake, next); err != nil {
 			return nil, q.wrap("receive", nil, err)
 		}
 	}
@@ -71,14 +72,31 @@ func (q *Queue) Poll(ctx context.Context, n int) ([]*Message, error) {
 	return ms, q.wrap("receive", nil, err)
 }
 
-// wait blocks until wake is closed, d has passed on the queue's timer
-// (d < 0: no timer) or ctx is done.
-func (q *Queue) wait(ctx context.Context, wake <-chan struct{}, d time.Duration) error {
+// wait blocks until wake is closed, the store's clock reaches at on the
+// queue's timer (noneVisible: no timer) or ctx is done.
+//
+// The timer takes a duration, counted from when it is set, so the clock
+// is read again around setting it: an injected clock moved on between
+// the look and the timer would otherwise set it late, past at, and a
+// message that became visible would wait for the clock's next move (a
+// lost wake-up). A move of over a millisecond sets the timer again; a
+// real clock's few microseconds between the reads make a timer late by
+// as much, which nobody can tell.
+func (q *Queue) wait(ctx context.Context, wake <-chan struct{}, at int64) error {
 	var timer <-chan time.Time
-	if d >= 0 {
-		c, stop := q.opts.Timer(d)
+	for at != noneVisible {
+		before := q.db.Now().UnixNano()
+		if at <= before {
+			return nil // visible already: look again
+		}
+		c, stop := q.opts.Timer(time.Duration(at - before))
+		if q.db.Now().UnixNano()-before > int64(time.Millisecond) {
+			stop()
+			continue
+		}
 		defer stop()
 		timer = c
+		break
 	}
 	select {
 	case <-ctx.Done():
@@ -89,11 +107,20 @@ func (q *Queue) wait(ctx context.Context, wake <-chan struct{}, d time.Duration)
 	return nil
 }
 
+// What tryReceive returns for when to look next, besides a time:
+// noneVisible is "no message at all" (wait for a wake only), lookAgain is
+// "at once" (another receiver took what was visible).
+const (
+	noneVisible = math.MinInt64
+	lookAgain   = math.MinInt64 + 1
+)
+
 // tryReceive leases up to n visible messages. When none is visible it
-// returns how long until the next one may be (-1: none), having taken no
-// write transaction.
-func (q *Queue) tryReceive(ctx context.Context, n int) ([]*Message, time.Duration, error) {
-	wait := time.Duration(-1)
+// returns when the next one becomes visible, in the store's Unix
+// nanoseconds (noneVisible: no message), having taken no write
+// transaction; lookAgain after a lease that found nothing left.
+func (q *Queue) tryReceive(ctx context.Context, n int) ([]*Message, int64, error) {
+	next := int64(noneVisible)
 	visible := false
 	// Look in a read transaction first: an idle queue costs no commit.
 	err := q.db.View(func(otx *oncekv.Tx) error {
@@ -105,13 +132,12 @@ func (q *Queue) tryReceive(ctx context.Context, n int) ([]*Message, time.Duratio
 		if err != nil {
 			return err
 		}
-		now := otx.Now().UnixNano()
-		visible = at <= now
-		wait = time.Duration(at - now)
+		visible = at <= otx.Now().UnixNano()
+		next = at
 		return nil
 	})
 	if err != nil || !visible {
-		return nil, wait, err
+		return nil, next, err
 	}
 	var ms []*Message
 	// Shared with concurrent receivers and acks: one commit for all.
@@ -122,8 +148,8 @@ func (q *Queue) tryReceive(ctx context.Context, n int) ([]*Message, time.Duratio
 	if err != nil {
 		return nil, 0, err
 	}
-	// Another receiver may have been first: look again (wait 0).
-	return ms, 0, nil
+	// Another receiver may have been first: look again.
+	return ms, lookAgain, nil
 }
 
 // receiveTx leases up to n visible messages in otx.

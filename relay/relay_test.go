@@ -299,14 +299,20 @@ func TestRelayStatsAgesAndSub(t *testing.T) {
 	run := start(r.Run)
 	<-b.entered
 	e.clock.Advance(5 * time.Second)
-	require.Equal(t, 5*time.Second, r.Stats().OldestPendingAge)
+	held := r.Stats()
+	require.Equal(t, 5*time.Second, held.OldestPendingAge)
+	require.Equal(t, 1, held.Holding, "the worker holds the message while it sends")
+	require.Zero(t, held.Sent)
 	close(b.release)
-	require.Eventually(t, func() bool { return r.Stats().Sent == 1 }, 20*time.Second, time.Millisecond)
+	// Holding drops only once the ack committed and was counted.
+	require.Eventually(t, func() bool { return r.Stats().Holding == 0 }, 20*time.Second, time.Millisecond)
+	require.EqualValues(t, 1, r.Stats().Sent)
 	require.NoError(t, run.stop(t))
 	d := r.Stats().Sub(before)
 	require.EqualValues(t, 1, d.Sent)
 	require.EqualValues(t, 1, d.Budget.Deposits)
 	require.Zero(t, d.OldestPendingAge)
+	require.Zero(t, d.Holding)
 }
 
 func TestRelayReturnsQueueClosed(t *testing.T) {

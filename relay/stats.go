@@ -27,6 +27,10 @@ type Stats struct {
 	// far behind the whole outbox is, waiting messages included, is the
 	// queue's Stats().OldestAge.
 	OldestPendingAge time.Duration
+	// Holding is a gauge: how many messages the workers hold now, received
+	// and not yet acked, nacked or deferred (with the counters above already
+	// moved for every message they let go of).
+	Holding int
 	// Budget is the retry budget's own stats.
 	Budget retry.BudgetStats
 }
@@ -61,6 +65,7 @@ func (r *Relay) Stats() Stats {
 	defer r.mu.Unlock()
 	for _, at := range r.mu.held {
 		if !at.IsZero() {
+			s.Holding++
 			s.OldestPendingAge = max(s.OldestPendingAge, now.Sub(at))
 		}
 	}

@@ -39,6 +39,10 @@ func (f *Timers) Timer(d time.Duration) (<-chan time.Time, func() bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := make(chan time.Time, 1)
+	if d <= 0 {
+		c <- f.now // due already, as time.NewTimer(0) is
+		return c, func() bool { return false }
+	}
 	f.pending = append(f.pending, pendingTimer{at: f.now.Add(d), c: c})
 	return c, func() bool { return f.stop(c) }
 }
