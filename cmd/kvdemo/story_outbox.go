@@ -153,6 +153,9 @@ func (s *outboxRun) steps(url string) error {
 	if err != nil {
 		return err
 	}
+	// The receiver is down before the relay starts: a worker quicker than
+	// the story would otherwise deliver an order or two before the outage.
+	s.rcv.down.Store(true)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.r.Run(runCtx) }()
@@ -163,8 +166,7 @@ func (s *outboxRun) steps(url string) error {
 
 // outage: the receiver answers 503 with Retry-After for three minutes.
 func (s *outboxRun) outage() error {
-	d := s.d
-	s.rcv.down.Store(true)
+	d := s.d // the receiver went down before the relay started (see steps)
 	if err := s.advance(outboxOutage, time.Second); err != nil {
 		return err
 	}
