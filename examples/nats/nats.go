@@ -116,8 +116,10 @@ type ConsumerOptions struct {
 	// stop (see Judge), and paces fetches that failed. nil: retry's
 	// defaults.
 	Retry *retry.Policy
-	// OnVerdict, if set, is called for each message after its verdict was
-	// sent to JetStream.
+	// OnVerdict, if set, is called for each message once its verdict is
+	// decided, just before it is sent to JetStream: a crash between the two
+	// leaves the message to come back, so every acked message was seen by
+	// OnVerdict first.
 	OnVerdict OnVerdict
 }
 
@@ -227,6 +229,9 @@ func Handle(ctx context.Context, db *oncekv.DB, r *retry.Retrier, handler string
 // unacked message comes back after AckWait, and the store answers it as a
 // duplicate.
 func reply(m jetstream.Msg, key string, v Verdict, res oncekv.BatchResult, onVerdict OnVerdict) {
+	if onVerdict != nil {
+		onVerdict(key, v, res.Result, res.Err)
+	}
 	var err error
 	switch v.Action {
 	case Ack:
@@ -238,8 +243,5 @@ func reply(m jetstream.Msg, key string, v Verdict, res oncekv.BatchResult, onVer
 	}
 	if err != nil {
 		slog.Warn("oncekv: nats: reply", "key", key, "action", v.Action, "err", err)
-	}
-	if onVerdict != nil {
-		onVerdict(key, v, res.Result, res.Err)
 	}
 }
