@@ -124,14 +124,16 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 // (if any) before releasing it, and records how long the lock was held.
 func (db *DB) step(st *ExpireStats, fn func(btx *bolt.Tx) error, learned func()) error {
 	db.writeMu.Lock()
+	defer db.writeMu.Unlock() // released on every exit, a panic in fn or learned included
 	held := time.Now()
+	defer func() {
+		st.LongestStep = max(st.LongestStep, time.Since(held))
+		st.Steps++
+	}()
 	err := db.writeLocked(func(w *writeTx) error { return fn(w.btx) })
 	if err == nil && learned != nil {
 		learned()
 	}
-	st.LongestStep = max(st.LongestStep, time.Since(held))
-	db.writeMu.Unlock()
-	st.Steps++
 	return err
 }
 

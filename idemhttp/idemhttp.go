@@ -58,7 +58,19 @@ func New(db *oncekv.DB, opts *Options) (*Middleware, error) {
 
 // Wrap returns next behind the middleware. Its method value has the usual
 // middleware shape, func(http.Handler) http.Handler.
+//
+// Wrap panics, when the server is being set up rather than on every
+// request, if next is nil or m was not made by New: a zero Middleware has
+// no store, and letting requests through it would silently drop the
+// protection the caller asked for (net/http's Handle panics on a nil
+// handler for the same reason).
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	switch {
+	case m == nil || m.db == nil:
+		panic("idemhttp: Wrap on a Middleware not made by New")
+	case next == nil:
+		panic("idemhttp: Wrap of a nil handler")
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, next)
 	})

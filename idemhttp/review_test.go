@@ -123,3 +123,19 @@ func TestReplayKeepsContentEncoding(t *testing.T) {
 	require.True(t, again.replayed())
 	require.Equal(t, first.body, again.body)
 }
+
+// A Middleware not made by New, or a nil handler, is refused when the
+// server is wired up, not by letting requests through unprotected (a zero
+// Middleware used to serve every request without a key check) or by a
+// panic on every request (Wrap(nil) used to).
+func TestWrapRefusesAMiddlewareNotMadeByNewAndANilHandler(t *testing.T) {
+	var zero idemhttp.Middleware
+	require.PanicsWithValue(t, "idemhttp: Wrap on a Middleware not made by New", func() { zero.Wrap(echo) })
+	var nilMW *idemhttp.Middleware
+	require.Panics(t, func() { nilMW.Wrap(echo) })
+
+	mw, err := idemhttp.New(openDB(t, newClock(), nil), &idemhttp.Options{Scope: userScope})
+	require.NoError(t, err)
+	require.PanicsWithValue(t, "idemhttp: Wrap of a nil handler", func() { mw.Wrap(nil) })
+	require.NotNil(t, mw.Wrap(echo))
+}
