@@ -414,11 +414,14 @@ type lifecycle struct {
 	// done is closed when the Close that began closing has closed the
 	// file; a concurrent Close waits for it.
 	done chan struct{}
+	// closing is closed when Close begins (see DB.Done).
+	closing chan struct{}
 }
 
 func (l *lifecycle) init() {
 	l.idle.L = &l.mu
 	l.done = make(chan struct{})
+	l.closing = make(chan struct{})
 }
 
 func (l *lifecycle) enter() bool {
@@ -449,6 +452,7 @@ func (l *lifecycle) close() bool {
 		return false
 	}
 	l.closed = true
+	close(l.closing)
 	for l.active > 0 {
 		l.idle.Wait()
 	}

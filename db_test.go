@@ -275,3 +275,22 @@ func TestUserBucketOperations(t *testing.T) {
 		return nil
 	}))
 }
+
+// Done is open while the store is and closed once Close begins, for code
+// that waits between calls on the store.
+func TestDoneIsClosedByClose(t *testing.T) {
+	db, err := oncekv.Open(filepath.Join(t.TempDir(), "done.db"), nil)
+	require.NoError(t, err)
+	select {
+	case <-db.Done():
+		require.FailNow(t, "Done is closed on an open store")
+	default:
+	}
+	require.NoError(t, db.Close())
+	select {
+	case <-db.Done():
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "Done is not closed after Close")
+	}
+	require.NoError(t, db.Close(), "a second Close must not close Done twice")
+}

@@ -19,8 +19,9 @@ import (
 // higher; one that had MaxAttempts deliveries already is dead-lettered
 // instead, with LastError saying its lease ran out.
 //
-// Errors: ctx's error, ErrQueueClosed, the store's errors; each names the
-// queue.
+// Errors: ctx's error, ErrQueueClosed, oncekv.ErrClosed when the store is
+// closed (a blocked Receive returns it as Close begins), the store's
+// errors; each names the queue.
 func (q *Queue) Receive(ctx context.Context) (*Message, error) {
 	ms, err := q.ReceiveBatch(ctx, 1)
 	if err != nil {
@@ -73,7 +74,8 @@ func (q *Queue) Poll(ctx context.Context, n int) ([]*Message, error) {
 }
 
 // wait blocks until wake is closed, the store's clock reaches at on the
-// queue's timer (noneVisible: no timer) or ctx is done.
+// queue's timer (noneVisible: no timer), ctx is done or the store begins
+// to close (oncekv.ErrClosed).
 //
 // The timer takes a duration, counted from when it is set, so the clock
 // is read again around setting it: an injected clock moved on between
@@ -101,6 +103,8 @@ func (q *Queue) wait(ctx context.Context, wake <-chan struct{}, at int64) error 
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-q.db.Done():
+		return oncekv.ErrClosed
 	case <-wake:
 	case <-timer:
 	}

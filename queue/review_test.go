@@ -257,3 +257,24 @@ func TestEnqueueTxReadOnlyAndTwiceInOneTx(t *testing.T) {
 	})
 	require.ErrorIs(t, err, oncekv.ErrKeyReuse)
 }
+
+// Closing the store (not the queue) wakes every blocked Receive with
+// oncekv.ErrClosed: before DB.Done existed they stayed blocked forever on
+// a store that could no longer wake them.
+func TestClosingTheStoreWakesBlockedReceivers(t *testing.T) {
+	e := newEnv(t, nil)
+	done := make(chan error, 4)
+	for range 4 {
+		go func() { _, err := e.q.Receive(context.Background()); done <- err }()
+	}
+	time.Sleep(20 * time.Millisecond) // let them block; passes either way if they had not
+	require.NoError(t, e.db.Close())
+	for range 4 {
+		require.ErrorIs(t, waitErr(t, done), oncekv.ErrClosed)
+	}
+	select {
+	case <-e.db.Done():
+	default:
+		require.FailNow(t, "Done is not closed after Close")
+	}
+}
