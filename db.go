@@ -94,8 +94,13 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: empty path", ErrInvalidOptions)
 	}
-	_, statErr := os.Stat(path)
+	info, statErr := os.Stat(path)
 	creating := errors.Is(statErr, fs.ErrNotExist)
+	if o.ReadOnly && statErr == nil && info.Mode().IsRegular() && info.Size() == 0 {
+		// bbolt would try to write a new file's first pages through a
+		// read-only descriptor and report "bad file descriptor".
+		return nil, fmt.Errorf("oncekv: open %q: %w: the file is empty; open it writable once", path, ErrReadOnly)
+	}
 	asked := o.WindowSpan // zero: the file's
 	if creating && asked == 0 {
 		// Checked before the file exists, so bad options create nothing.

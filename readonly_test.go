@@ -104,6 +104,17 @@ func TestReadOnlyRefusesEveryWrite(t *testing.T) {
 func TestReadOnlyNeedsAnOncekvFile(t *testing.T) {
 	_, err := oncekv.Open(filepath.Join(t.TempDir(), "missing.db"), &oncekv.Options{ReadOnly: true})
 	require.ErrorIs(t, err, os.ErrNotExist, "read-only never creates")
+
+	// An empty file (created by touch, or by a crash before bbolt's first
+	// pages) is refused with a typed error, and left empty.
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	_, err = oncekv.Open(empty, &oncekv.Options{ReadOnly: true})
+	require.ErrorIs(t, err, oncekv.ErrReadOnly)
+	require.Contains(t, err.Error(), "empty")
+	info, err := os.Stat(empty)
+	require.NoError(t, err)
+	require.Zero(t, info.Size())
 }
 
 // TestCloseWritesOnlyWhatChanged: opening and closing a store untouched
