@@ -232,6 +232,10 @@ func (q *Queue) Policy() retry.Policy { return q.retrier.Policy() }
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
+// DB returns the store the queue lives in: its clock (DB.Now) is the one
+// the queue's timers and leases run on.
+func (q *Queue) DB() *oncekv.DB { return q.db }
+
 // Close releases this Open of the queue; once every Open is closed, its
 // waiting and later calls return ErrQueueClosed. The store stays open and
 // the messages stay in it. Closing more often than opening is not an error.

@@ -42,9 +42,9 @@ type Options struct {
 	// slow send loses its lease to another worker.
 	SendTimeout time.Duration
 
-	// Now is the clock of the default Budget and of Stats' ages. Default
-	// time.Now; give the store's clock (oncekv.Options.Now) when it is
-	// injected.
+	// Now is the clock of the default Budget and of Stats' ages. Default:
+	// the store's clock (the queue's DB().Now), so that a clock injected
+	// into the store (oncekv.Options.Now) drives the relay too.
 	Now func() time.Time
 
 	// Rand is the random source of the wait of a retry the budget

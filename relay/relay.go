@@ -56,7 +56,16 @@ func New(q *queue.Queue, send Sender, opts *Options) (*Relay, error) {
 	if q == nil || send == nil {
 		return nil, fmt.Errorf("%w: queue and send are required", ErrNilArgument)
 	}
-	o, err := opts.withDefaults()
+	var given Options
+	if opts != nil {
+		given = *opts
+	}
+	if given.Now == nil {
+		// One clock for the queue's leases and the relay's budget and ages,
+		// injected or not.
+		given.Now = q.DB().Now
+	}
+	o, err := given.withDefaults()
 	if err != nil {
 		return nil, err
 	}

@@ -122,3 +122,26 @@ func TestCheckKey(t *testing.T) {
 		require.NoError(t, relay.CheckKey(k), "%q", k)
 	}
 }
+
+// A relay given no Now runs on the store's clock: with a clock injected
+// into the store, the age of the message a worker holds is counted on it,
+// not on the machine's (which would put it months off here).
+func TestRelayDefaultsToTheStoresClock(t *testing.T) {
+	e := newEnv(t, nil)
+	e.enqueue(t, "held")
+	e.clock.Advance(time.Hour)
+	sending := make(chan struct{})
+	release := make(chan struct{})
+	r, err := relay.New(e.q, func(ctx context.Context, _ *queue.Message) error {
+		close(sending)
+		<-release
+		return nil
+	}, nil)
+	require.NoError(t, err)
+	run := start(r.Run)
+	<-sending
+	require.Equal(t, time.Hour, r.Stats().OldestPendingAge)
+	close(release)
+	e.quiet(t)
+	require.NoError(t, run.stop(t))
+}
