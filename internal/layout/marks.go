@@ -108,7 +108,8 @@ func step(c *bolt.Cursor, backwards bool) ([]byte, []byte) {
 // without walking its pages.
 //
 // It also sets how full bbolt packs the window's pages when the
-// transaction commits (see [appendFill]).
+// transaction commits (see base.AppendFill): full when the transaction
+// only appends to the window, as with keys that grow.
 func PutMark(tx *bolt.Tx, start int64, mkey []byte, m *Mark) (fresh bool, err error) {
 	w, err := tx.CreateBucketIfNotExists(WindowName(start))
 	if err != nil {
@@ -118,7 +119,7 @@ func PutMark(tx *bolt.Tx, start int64, mkey []byte, m *Mark) (fresh bool, err er
 	// append (nothing after it) from an insert between keys.
 	k, _ := w.Cursor().Seek(mkey)
 	fresh = !bytes.Equal(k, mkey)
-	setFill(w, k == nil)
+	base.SetFill(w, k == nil)
 	if fresh {
 		if err := w.SetSequence(w.Sequence() + 1); err != nil {
 			return false, base.MapBoltErr(err)
@@ -126,36 +127,6 @@ func PutMark(tx *bolt.Tx, start int64, mkey []byte, m *Mark) (fresh bool, err er
 	}
 	// mkey is freshly built per request and not reused, so bbolt may keep it.
 	return fresh, base.MapBoltErr(w.Put(mkey, m.Marshal()))
-}
-
-// appendFill is the FillPercent of a window bucket in a transaction whose
-// every mark in that window went after the window's last key, as keys that
-// grow (offsets, counters, ULIDs, UUIDv7) do. bbolt splits a page that
-// overflows at FillPercent of its size and never refills the left part: at
-// its default, 0.5, appended keys leave every page half empty for good. At
-// appendFill the left pages are packed, which halves the bytes per mark.
-// Keys that land between others keep bbolt's default, which leaves the
-// room inserts there need without splitting a page at each one.
-const appendFill = 1.0
-
-// insertFill is bbolt's default, marked sticky: a window bucket's
-// FillPercent is per transaction (bbolt hands each transaction its own
-// *Bucket, at the default), so it also records what the transaction did
-// there. Once a mark lands between keys, it stays insertFill, whatever
-// the transaction's later marks do.
-const insertFill = bolt.DefaultFillPercent + 1e-9
-
-// setFill moves w's FillPercent on after one mark write: to appendFill
-// while every write of the transaction appended, to insertFill for good
-// at the first that did not.
-func setFill(w *bolt.Bucket, appended bool) {
-	switch {
-	case w.FillPercent == insertFill:
-	case appended:
-		w.FillPercent = appendFill
-	default:
-		w.FillPercent = insertFill
-	}
 }
 
 // DeleteMark removes the mark of mkey from the window starting at start. It
