@@ -36,9 +36,9 @@ func TestAppendedKeysPackPages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "x.db")
 			loadSizeKeys(t, path, tc.batches)
-			marks, _ := sizeStats(t, path)
+			marks, rows := sizeStats(t, path)
 			require.Equal(t, len(slices.Concat(tc.batches...)), marks.KeyN)
-			for name, st := range map[string]bolt.BucketStats{"marks": marks} {
+			for name, st := range map[string]bolt.BucketStats{"marks": marks, "effect rows": rows} {
 				if tc.full {
 					require.Greater(t, packed(st), 0.9, "%s: %d of %d leaf bytes in use", name, st.LeafInuse, st.LeafAlloc)
 				} else {

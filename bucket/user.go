@@ -260,6 +260,7 @@ func (b *Bucket) putValue(op string, key, value []byte) error {
 	if value == nil {
 		value = []byte{} // bbolt stores nil as empty anyway; say so explicitly
 	}
+	b.packAppends(key)
 	// bbolt copies the key itself, but keeps the value until the commit.
 	return b.wrap(op, key, b.b.Put(key, bytes.Clone(value)))
 }
