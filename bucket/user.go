@@ -40,6 +40,7 @@ type Bucket struct {
 	name []byte
 	life *base.Life
 	keys *fences.Keys // the fences and versions of the keys; opened on first use
+	last []byte       // the key of this value's latest write, while they all appended (see packAppends)
 }
 
 // open returns the user bucket name, or nil when it does not exist.
