@@ -25,9 +25,9 @@ type Request struct {
 	// intent was formed, and reused by every retry. Required. Handler and
 	// Key together must fit in 32766 bytes.
 	Key string
-	// Payload is the operation's content. Its SHA-256 is stored with the
-	// mark, and a later request with the same key and another payload is
-	// rejected with ErrKeyReuse.
+	// Payload is the operation's content. The first 16 bytes of its
+	// SHA-256 are stored with the mark, and a later request with the same
+	// key and another payload is rejected with ErrKeyReuse.
 	Payload []byte
 	// Fingerprint, when not empty, is what identifies the operation's
 	// content instead of the Payload's bytes: its hash is stored in place

@@ -40,6 +40,15 @@ func TestCorruptMarkIsAnErrorNamingBucketAndKey(t *testing.T) {
 		"truncated":     func(v []byte) []byte { return v[:len(v)-5] },
 		"empty":         func([]byte) []byte { return []byte{} },
 		"future format": func(v []byte) []byte { v[0] = 99; return v },
+		"format 2 mark, flipped byte": func(v []byte) []byte {
+			var m layout.Mark
+			if m.Unmarshal(v) != nil {
+				panic("the pristine mark does not decode")
+			}
+			old := m.MarshalLegacy()
+			old[len(old)/2] ^= 0x40
+			return old
+		},
 	}
 	for name, corrupt := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -220,14 +220,19 @@ func initFile(b *bolt.DB, now, span int64, readOnly bool) error {
 // span its opens used; it is taken to be asked (or the old default, 1h),
 // which is what every open of it must have used for its marks to have
 // been kept right. A span its windows are not aligned to cannot be the
-// one, and is refused; otherwise it is recorded, once.
+// one, and is refused; otherwise it is recorded, once. Any file of an
+// older format is moved to the current one by its first writable open
+// (see layout.Upgrade); a read-only open reads it as it is.
 func fileSpan(b *bolt.DB, asked time.Duration, readOnly bool) (time.Duration, error) {
 	var stored int64
-	var legacy bool
+	var legacy, outdated bool
 	var misaligned int64
 	want := int64(cmp.Or(asked, DefaultWindowSpan))
 	err := b.View(func(tx *bolt.Tx) (err error) {
-		if stored, legacy, err = layout.ReadSpan(tx); err != nil || !legacy {
+		if stored, legacy, err = layout.ReadSpan(tx); err != nil {
+			return err
+		}
+		if outdated, err = layout.Outdated(tx); err != nil || !legacy {
 			return err
 		}
 		return layout.ForEachWindow(tx, false, func(start int64, _ *bolt.Bucket) error {
@@ -251,6 +256,10 @@ func fileSpan(b *bolt.DB, asked time.Duration, readOnly bool) (time.Duration, er
 	case asked != 0 && int64(asked) != stored:
 		return 0, fmt.Errorf("%w: WindowSpan = %v: this file's windows are %v; open with WindowSpan %v, or 0 to use the file's",
 			ErrInvalidOptions, asked, time.Duration(stored), time.Duration(stored))
+	case outdated && !readOnly:
+		// A version 2 file: new marks are written in format 3, which a
+		// version 2 build would misread, so the file says so first.
+		return time.Duration(stored), b.Update(func(tx *bolt.Tx) error { return layout.Upgrade(tx, stored) })
 	}
 	return time.Duration(stored), nil
 }

@@ -47,7 +47,7 @@ func apiInOneScreen(ctx context.Context, msg delivery, reqs []oncekv.Request, ga
 	res, err := db.Apply(ctx, oncekv.Request{
 		Handler: "payment_captured", // dedup scope is (Handler, Key)
 		Key:     msg.EventID,        // idempotency key: minted once by the producer, reused by every retry
-		Payload: msg.Value,          // its SHA-256 is kept: same key + other payload = ErrKeyReuse
+		Payload: msg.Value,          // a 16-byte fingerprint of it is kept: same key + other payload = ErrKeyReuse
 		// Fingerprint: hash of the content, // optional: compared instead of the payload's bytes
 	}, func(tx *oncekv.Tx) ([]byte, error) {
 		b, err := tx.CreateBucketIfNotExists([]byte("orders"))

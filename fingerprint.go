@@ -3,6 +3,8 @@ package oncekv
 import (
 	"crypto/sha256"
 	"fmt"
+
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // MaxFingerprintSize is the longest Request.Fingerprint: room for a SHA-512
@@ -17,11 +19,12 @@ const fingerprintDomain = "oncekv.fingerprint\x00"
 
 // fingerprint returns what the mark of req stores and later requests of its
 // key must match: the SHA-256 of the Payload, or, when the caller gave
-// one, of its Fingerprint.
+// one, of its Fingerprint, cut to what a mark keeps of it (see
+// layout.Fingerprint) so that it compares equal to a decoded mark's.
 func fingerprint(req *Request) ([sha256.Size]byte, error) {
 	switch n := len(req.Fingerprint); {
 	case n == 0:
-		return sha256.Sum256(req.Payload), nil
+		return layout.Fingerprint(sha256.Sum256(req.Payload)), nil
 	case n > MaxFingerprintSize:
 		return [sha256.Size]byte{}, fmt.Errorf("%w: %d bytes, over the limit of %d (pass a hash of the payload, not the payload)",
 			ErrInvalidFingerprint, n, MaxFingerprintSize)
@@ -31,5 +34,5 @@ func fingerprint(req *Request) ([sha256.Size]byte, error) {
 	h.Write(req.Fingerprint)
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	return sum, nil
+	return layout.Fingerprint(sum), nil
 }

@@ -48,8 +48,10 @@ type MarkInfo struct {
 	// dropped with it, Options.Retention after its end.
 	Window time.Time
 	// Fingerprint is what a later request must match, or get ErrKeyReuse:
-	// the SHA-256 of the first Payload, or of the Request.Fingerprint
-	// given instead (see Request).
+	// the first 16 bytes of the SHA-256 of the first Payload, or of the
+	// Request.Fingerprint given instead (see Request); the last 16 bytes
+	// are zero, as a mark stores only the first 16. LoadMarks accepts a
+	// full SHA-256 here and keeps its first 16 bytes.
 	Fingerprint [sha256.Size]byte
 	// Response is the stored response of a DONE mark, a copy.
 	Response []byte

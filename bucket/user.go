@@ -40,6 +40,7 @@ type Bucket struct {
 	name []byte
 	life *base.Life
 	keys *fences.Keys // the fences and versions of the keys; opened on first use
+	last []byte       // the key of this value's latest write, while they all appended (see packAppends)
 }
 
 // open returns the user bucket name, or nil when it does not exist.
@@ -260,6 +261,7 @@ func (b *Bucket) putValue(op string, key, value []byte) error {
 	if value == nil {
 		value = []byte{} // bbolt stores nil as empty anyway; say so explicitly
 	}
+	b.packAppends(key)
 	// bbolt copies the key itself, but keeps the value until the commit.
 	return b.wrap(op, key, b.b.Put(key, bytes.Clone(value)))
 }

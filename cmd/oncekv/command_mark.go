@@ -44,7 +44,7 @@ func runMark(sf *storeFlags, out io.Writer, args []string) (err error) {
 	fmt.Fprintf(tw, "state\t%v\n", m.State)
 	fmt.Fprintf(tw, "first seen\t%s\n", stamp(m.FirstSeen))
 	fmt.Fprintf(tw, "window\t%s\n", stamp(m.Window))
-	fmt.Fprintf(tw, "fingerprint\t%x\n", m.Fingerprint)
+	fmt.Fprintf(tw, "fingerprint\t%x\n", m.Fingerprint[:storedFingerprint])
 	switch m.State {
 	case oncekv.MarkDone:
 		response := "(none)"

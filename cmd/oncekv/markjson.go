@@ -58,6 +58,10 @@ func printable(b []byte) string {
 	return strconv.Quote(string(b))
 }
 
+// storedFingerprint is how much of MarkInfo.Fingerprint a mark keeps; the
+// rest is zero, and not printed.
+const storedFingerprint = 16
+
 // markJSON is a mark as the read commands print it and dump writes it.
 type markJSON struct {
 	Type        string     `json:"type,omitempty"` // "mark" in a dump
@@ -66,7 +70,7 @@ type markJSON struct {
 	State       string     `json:"state"`
 	FirstSeen   time.Time  `json:"first_seen"`
 	Window      time.Time  `json:"window"`
-	Fingerprint string     `json:"fingerprint"` // hex SHA-256
+	Fingerprint string     `json:"fingerprint"` // hex, the first 16 bytes of the SHA-256
 	Response    *text      `json:"response,omitempty"`
 	Error       string     `json:"error,omitempty"`
 	LeaseUntil  *time.Time `json:"lease_until,omitempty"`
@@ -83,7 +87,7 @@ func toMarkJSON(m oncekv.MarkInfo) markJSON {
 		State:       m.State.String(),
 		FirstSeen:   m.FirstSeen.UTC(),
 		Window:      m.Window.UTC(),
-		Fingerprint: hex.EncodeToString(m.Fingerprint[:]),
+		Fingerprint: hex.EncodeToString(m.Fingerprint[:storedFingerprint]),
 		Error:       m.Error,
 		Token:       m.Token,
 		ClaimKey:    m.ClaimKey,
@@ -122,9 +126,12 @@ func (j *markJSON) markInfo() (oncekv.MarkInfo, error) {
 	if m.State == 0 {
 		return m, fmt.Errorf("oncekv: mark %q/%q: unknown state %q", j.Handler, j.Key, j.State)
 	}
+	// A dump of a build before format 3 has the whole SHA-256: the store
+	// keeps its first 16 bytes, as it does of its own marks.
 	fp, err := hex.DecodeString(j.Fingerprint)
-	if err != nil || len(fp) != len(m.Fingerprint) {
-		return m, fmt.Errorf("oncekv: mark %q/%q: fingerprint %q is not %d hex bytes", j.Handler, j.Key, j.Fingerprint, len(m.Fingerprint))
+	if err != nil || (len(fp) != storedFingerprint && len(fp) != len(m.Fingerprint)) {
+		return m, fmt.Errorf("oncekv: mark %q/%q: fingerprint %q is not %d or %d hex bytes",
+			j.Handler, j.Key, j.Fingerprint, storedFingerprint, len(m.Fingerprint))
 	}
 	copy(m.Fingerprint[:], fp)
 	if j.Response != nil {

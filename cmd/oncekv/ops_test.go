@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -202,7 +203,29 @@ func TestDumpLoadRoundTrip(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "loaded 1 marks of 3 (2 expired skipped)")
 
+	// A dump of a build before format 3 has the whole SHA-256: the store
+	// keeps its first 16 bytes, and deduplicates as before.
+	full := regexp.MustCompile(`"fingerprint":"([0-9a-f]{32})"`).ReplaceAllString(dump.stdout,
+		`"fingerprint":"${1}0123456789abcdef0123456789abcdef"`)
+	require.NotEqual(t, dump.stdout, full)
+	require.NoError(t, os.WriteFile(file, []byte(full), 0o600))
+	older := filepath.Join(t.TempDir(), "older.db")
+	r = cli(t, "load", older, file, "-now", at(3*time.Hour))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, want, lines(cli(t, "dump", older).stdout))
+	db = openStore(t, older, c)
+	res, err = db.Apply(context.Background(), oncekv.Request{Handler: "pay", Key: "order-2", Payload: []byte("5 EUR")}, nil)
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
+	_, err = db.Apply(context.Background(), oncekv.Request{Handler: "pay", Key: "order-2", Payload: []byte("6 EUR")}, nil)
+	require.ErrorIs(t, err, oncekv.ErrKeyReuse)
+	require.NoError(t, db.Close())
+
 	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"type":"mark","handler":"h","key":"k","state":"DONE","fingerprint":"00ff"}`+"\n"), 0o600))
+	r = cli(t, "load", filepath.Join(t.TempDir(), "x.db"), bad)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, `fingerprint "00ff" is not 16 or 32 hex bytes`)
 	require.NoError(t, os.WriteFile(bad, []byte(`{"type":"mark","handler":"h","key":"k","state":"MAYBE"}`+"\n"), 0o600))
 	r = cli(t, "load", filepath.Join(t.TempDir(), "x.db"), bad)
 	require.Equal(t, 2, r.code)

@@ -1,6 +1,6 @@
 // Package layout owns oncekv's on-disk layout inside the bbolt file: the
 // system buckets that hold dedup marks and metadata, where the user buckets
-// sit, and the versioned, checksummed msgpack codecs of every system record.
+// sit, and the versioned, checksummed codecs of every system record.
 // Only oncekv calls it; users reach their data through package bucket.
 //
 // # Layout
@@ -25,8 +25,9 @@
 //
 // # Records
 //
-// A system record is a format-version byte, a msgpack body and a CRC-32C of
-// both. Decoding checks all three and reports a *base.RecordError naming the
+// A system record is a format-version byte, a body and a CRC-32C of both.
+// The body is msgpack, except a mark's since format 3: a binary layout of
+// its own (see mark.go), as marks are most of the file. Decoding checks all three and reports a *base.RecordError naming the
 // bucket and key, so corruption inside a record is an error, never a panic
 // and never a silently wrong value.
 package layout

@@ -1,8 +1,10 @@
 package layout
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -36,50 +38,254 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
-// HashSize is the size of the SHA-256 payload hash stored in a mark.
+// HashSize is the size of the SHA-256 a request's payload hashes to.
 const HashSize = 32
+
+// FingerprintSize is how much of that hash a mark stores and compares.
+// 16 bytes tell two payloads of one key apart with a chance of a collision
+// of 2^-128 per pair, which no retry storm approaches, and halve what the
+// hash costs on disk.
+const FingerprintSize = 16
 
 // Mark is the record of one (handler, key): everything a duplicate needs to
 // be answered without running the effect again.
 type Mark struct {
-	State       State
-	PayloadHash [HashSize]byte // SHA-256 of the first payload
-	Response    []byte         // stored response; nil and empty stay distinct
-	Error       string         // message of the permanent error of a Failed mark
-	LeaseUntil  int64          // Unix nanoseconds; InProgress only
-	Token       uint64         // fencing token of the claim that wrote it; 0 for Apply
-	FirstSeen   int64          // Unix nanoseconds when the mark was first written
+	State State
+	// PayloadHash is the SHA-256 of the first payload. Only its first
+	// FingerprintSize bytes are stored: a decoded mark has the rest zero,
+	// whatever wrote it, so requests compare with [Fingerprint] of theirs.
+	PayloadHash [HashSize]byte
+	Response    []byte // stored response; nil and empty stay distinct
+	Error       string // message of the permanent error of a Failed mark
+	LeaseUntil  int64  // Unix nanoseconds; InProgress only
+	Token       uint64 // fencing token of the claim that wrote it; 0 for Apply
+	FirstSeen   int64  // Unix nanoseconds when the mark was first written
 }
 
-const markFields = 7
+// Fingerprint returns what a mark keeps of the payload hash sum: its first
+// FingerprintSize bytes, the rest zero, so that a request's hash and a
+// decoded mark's compare equal exactly when the stored bytes do.
+func Fingerprint(sum [HashSize]byte) [HashSize]byte {
+	clear(sum[FingerprintSize:])
+	return sum
+}
 
-// Marshal encodes the mark.
+// The mark record (format 3) is a binary layout rather than msgpack: a
+// mark is written on every unique Apply and read on every duplicate, and
+// most of its fields are absent or small. After the version byte:
+//
+//	head        1 byte: the state in bits 0-1, then one bit per optional
+//	            field present (response, error, lease, token); bits 6-7 zero
+//	fingerprint FingerprintSize bytes
+//	first seen  8 bytes, little-endian: a Unix time in nanoseconds takes 9
+//	            bytes as a varint, so fixed is the shorter form
+//	response    uvarint length and bytes, if present (nil is absent, empty
+//	            is present with length 0)
+//	error       uvarint length and bytes, if present (only when not empty)
+//	lease       zigzag varint, if present (only when not zero)
+//	token       uvarint, if present (only when not zero)
+//
+// then the record's CRC-32C. Every optional field has one encoding, so
+// that a record the decoder accepts encodes back to the same bytes.
+const (
+	markVersion   = 2 // record version of the binary mark; 1 is the msgpack one
+	legacyVersion = 1
+
+	stateBits   = 0b11
+	hasResponse = 1 << 2
+	hasError    = 1 << 3
+	hasLease    = 1 << 4
+	hasToken    = 1 << 5
+	knownBits   = stateBits | hasResponse | hasError | hasLease | hasToken
+
+	fixedBody = 1 + FingerprintSize + 8
+)
+
+// Marshal encodes the mark in the current format, in one allocation: the
+// value bbolt keeps until the transaction ends.
 func (m *Mark) Marshal() []byte {
-	return record.Seal(func(enc *msgpack.Encoder) error {
-		return errors.Join(
-			enc.EncodeArrayLen(markFields),
-			enc.EncodeUint8(uint8(m.State)),
-			enc.EncodeBytes(m.PayloadHash[:]),
-			enc.EncodeBytes(m.Response),
-			enc.EncodeString(m.Error),
-			enc.EncodeInt64(m.LeaseUntil),
-			enc.EncodeUint64(m.Token),
-			enc.EncodeInt64(m.FirstSeen),
-		)
-	})
+	head, n := byte(m.State)&stateBits, fixedBody
+	if m.Response != nil {
+		head |= hasResponse
+		n += uvarintLen(uint64(len(m.Response))) + len(m.Response)
+	}
+	if m.Error != "" {
+		head |= hasError
+		n += uvarintLen(uint64(len(m.Error))) + len(m.Error)
+	}
+	if m.LeaseUntil != 0 {
+		head |= hasLease
+		n += uvarintLen(zigzag(m.LeaseUntil))
+	}
+	if m.Token != 0 {
+		head |= hasToken
+		n += uvarintLen(m.Token)
+	}
+	out := record.Alloc(markVersion, n)
+	b := record.Body(out)
+	b[0] = head
+	copy(b[1:], m.PayloadHash[:FingerprintSize])
+	binary.LittleEndian.PutUint64(b[1+FingerprintSize:], uint64(m.FirstSeen))
+	b = b[fixedBody:fixedBody]
+	if m.Response != nil {
+		b = binary.AppendUvarint(b, uint64(len(m.Response)))
+		b = append(b, m.Response...)
+	}
+	if m.Error != "" {
+		b = binary.AppendUvarint(b, uint64(len(m.Error)))
+		b = append(b, m.Error...)
+	}
+	if m.LeaseUntil != 0 {
+		b = binary.AppendUvarint(b, zigzag(m.LeaseUntil))
+	}
+	if m.Token != 0 {
+		b = binary.AppendUvarint(b, m.Token)
+	}
+	if len(b) != n-fixedBody {
+		panic("oncekv: mark size miscounted") // a bug here, never input
+	}
+	record.Finish(out)
+	return out
 }
 
-// Unmarshal decodes and validates a mark. The decoded Response is a copy, so
-// it stays valid after the transaction that read it.
+var (
+	errMarkHead  = errors.New("mark header has unknown bits set")
+	errVarint    = errors.New("malformed or non-minimal varint")
+	errFieldSize = errors.New("field longer than the record")
+	errEmptyOpt  = errors.New("optional field present with its zero value")
+)
+
+// Unmarshal decodes and validates a mark, of the current format or of the
+// msgpack one files before format 3 hold. The decoded Response is a copy,
+// so it stays valid after the transaction that read it; besides it (and
+// the Error of a Failed mark) decoding allocates nothing.
 func (m *Mark) Unmarshal(raw []byte) error {
-	return record.Unseal(raw, markFields, func(dec *msgpack.Decoder) error {
+	version, b, err := record.Open(raw)
+	switch {
+	case err != nil:
+		return err
+	case version == legacyVersion:
+		return m.unmarshalLegacy(raw)
+	case version != markVersion:
+		return fmt.Errorf("mark record version %d, this build reads %d and %d", version, legacyVersion, markVersion)
+	case len(b) < fixedBody:
+		return fmt.Errorf("mark body is %d bytes, want at least %d", len(b), fixedBody)
+	}
+	head := b[0]
+	if head&^knownBits != 0 {
+		return errMarkHead
+	}
+	if err := m.setState(head & stateBits); err != nil {
+		return err
+	}
+	m.PayloadHash = [HashSize]byte{}
+	copy(m.PayloadHash[:], b[1:1+FingerprintSize])
+	m.FirstSeen = int64(binary.LittleEndian.Uint64(b[1+FingerprintSize:]))
+	d := fieldDecoder{b: b[fixedBody:]}
+	m.Response = nil
+	if head&hasResponse != 0 {
+		// append to a non-nil empty slice keeps an empty response apart from
+		// a missing one without allocating for it.
+		m.Response = append([]byte{}, d.bytes()...)
+	}
+	m.Error = ""
+	if head&hasError != 0 {
+		m.Error = string(d.nonEmpty(d.bytes()))
+	}
+	m.LeaseUntil = 0
+	if head&hasLease != 0 {
+		m.LeaseUntil = unzigzag(d.nonZero(d.uvarint()))
+	}
+	m.Token = 0
+	if head&hasToken != 0 {
+		m.Token = d.nonZero(d.uvarint())
+	}
+	switch {
+	case d.err != nil:
+		return d.err
+	case len(d.b) != 0:
+		return fmt.Errorf("%d bytes after the mark's fields", len(d.b))
+	}
+	return nil
+}
+
+func (m *Mark) setState(s uint8) error {
+	m.State = State(s)
+	if m.State < InProgress || m.State > Failed {
+		return fmt.Errorf("unknown mark state %d", s)
+	}
+	return nil
+}
+
+// fieldDecoder reads the optional fields of a mark, keeping the first
+// error so the decoder reads as a list of fields.
+type fieldDecoder struct {
+	b   []byte
+	err error
+}
+
+// uvarint reads a varint in its one (shortest) encoding.
+func (d *fieldDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 || n != uvarintLen(v) {
+		d.err = errVarint
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes reads a length-prefixed field; the slice points into the record.
+func (d *fieldDecoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errFieldSize
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *fieldDecoder) nonEmpty(v []byte) []byte {
+	if d.err == nil && len(v) == 0 {
+		d.err = errEmptyOpt
+	}
+	return v
+}
+
+func (d *fieldDecoder) nonZero(v uint64) uint64 {
+	if d.err == nil && v == 0 {
+		d.err = errEmptyOpt
+	}
+	return v
+}
+
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
+
+func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
+
+func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
+
+// legacyFields is the length of the msgpack array of a format 1-2 mark.
+const legacyFields = 7
+
+// unmarshalLegacy decodes the msgpack mark that files before format 3
+// hold: state, 32-byte hash, response, error, lease, token, first seen.
+func (m *Mark) unmarshalLegacy(raw []byte) error {
+	return record.Unseal(raw, legacyFields, func(dec *msgpack.Decoder) error {
 		state, err := dec.DecodeUint8()
 		if err != nil {
 			return err
 		}
-		m.State = State(state)
-		if m.State < InProgress || m.State > Failed {
-			return fmt.Errorf("unknown mark state %d", state)
+		if err := m.setState(state); err != nil {
+			return err
 		}
 		hash, err := dec.DecodeBytes()
 		if err != nil {
@@ -88,7 +294,9 @@ func (m *Mark) Unmarshal(raw []byte) error {
 		if len(hash) != HashSize {
 			return fmt.Errorf("payload hash is %d bytes, want %d", len(hash), HashSize)
 		}
-		copy(m.PayloadHash[:], hash)
+		// Compared by its first bytes, like a new mark's, so a retry
+		// after the upgrade still matches the mark of its first delivery.
+		m.PayloadHash = Fingerprint([HashSize]byte(hash))
 		if m.Response, err = dec.DecodeBytes(); err != nil {
 			return err
 		}
@@ -103,5 +311,23 @@ func (m *Mark) Unmarshal(raw []byte) error {
 		}
 		m.FirstSeen, err = dec.DecodeInt64()
 		return err
+	})
+}
+
+// MarshalLegacy encodes the mark as files before format 3 hold it. This
+// build never writes it: it is here so the tests can build such files and
+// check that they still read.
+func (m *Mark) MarshalLegacy() []byte {
+	return record.Seal(func(enc *msgpack.Encoder) error {
+		return errors.Join(
+			enc.EncodeArrayLen(legacyFields),
+			enc.EncodeUint8(uint8(m.State)),
+			enc.EncodeBytes(m.PayloadHash[:]),
+			enc.EncodeBytes(m.Response),
+			enc.EncodeString(m.Error),
+			enc.EncodeInt64(m.LeaseUntil),
+			enc.EncodeUint64(m.Token),
+			enc.EncodeInt64(m.FirstSeen),
+		)
 	})
 }

@@ -106,13 +106,21 @@ func step(c *bolt.Cursor, backwards bool) ([]byte, []byte) {
 // bucket's header in the root page, which this write dirties anyway, so the
 // count costs no extra page and lets Open learn every window's size
 // without walking its pages.
+//
+// It also sets how full bbolt packs the window's pages when the
+// transaction commits (see base.AppendFill): full when the transaction
+// only appends to the window, as with keys that grow.
 func PutMark(tx *bolt.Tx, start int64, mkey []byte, m *Mark) (fresh bool, err error) {
 	w, err := tx.CreateBucketIfNotExists(WindowName(start))
 	if err != nil {
 		return false, fmt.Errorf("oncekv: create window bucket: %w", base.MapBoltErr(err))
 	}
-	if w.Get(mkey) == nil {
-		fresh = true
+	// One seek, as Get would do, tells a new key from a rewrite and an
+	// append (nothing after it) from an insert between keys.
+	k, _ := w.Cursor().Seek(mkey)
+	fresh = !bytes.Equal(k, mkey)
+	base.SetFill(w, k == nil)
+	if fresh {
 		if err := w.SetSequence(w.Sequence() + 1); err != nil {
 			return false, base.MapBoltErr(err)
 		}

@@ -114,9 +114,9 @@ func ReadSpan(tx *bolt.Tx) (span int64, legacy bool, err error) {
 	if meta == nil {
 		return 0, false, fmt.Errorf("%w: system bucket %q is missing", base.ErrCorrupt, MetaRoot)
 	}
-	var f Format
-	if err := f.Unmarshal(meta.Get(formatKey)); err != nil {
-		return 0, false, &base.RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+	f, err := readFormat(meta)
+	if err != nil {
+		return 0, false, err
 	}
 	raw := meta.Get(windowsKey)
 	switch {
@@ -132,15 +132,38 @@ func ReadSpan(tx *bolt.Tx) (span int64, legacy bool, err error) {
 	return w.Span, false, nil
 }
 
-// Upgrade moves a legacy (version 1) file to the current format: it records
-// span as the file's window span, creates the filters bucket if the file
-// lacks it, and writes the new format version, so that older builds, which
-// would ignore the stored span, refuse the file.
-func Upgrade(tx *bolt.Tx, span int64) error {
+// Outdated reports whether the file's format is older than this build's:
+// a writable open then runs [Upgrade], once.
+func Outdated(tx *bolt.Tx) (bool, error) {
 	meta := tx.Bucket(MetaRoot)
+	if meta == nil {
+		return false, fmt.Errorf("%w: system bucket %q is missing", base.ErrCorrupt, MetaRoot)
+	}
+	f, err := readFormat(meta)
+	return f.Version < FormatVersion, err
+}
+
+func readFormat(meta *bolt.Bucket) (Format, error) {
 	var f Format
 	if err := f.Unmarshal(meta.Get(formatKey)); err != nil {
-		return &base.RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+		return f, &base.RecordError{Bucket: string(MetaRoot), Key: string(formatKey), Err: err}
+	}
+	return f, nil
+}
+
+// Upgrade moves a file of an older format to the current one, so that
+// older builds refuse it from then on: a version 1 file would have its
+// stored span ignored by them, a version 2 file its marks of format 3
+// misread. It records span as the file's window span (a version 2 file
+// has it already: the same value is written back), creates the filters
+// bucket if the file lacks it, and writes the new format version. Marks
+// are not rewritten: old ones still decode, and new ones are written in
+// the new form.
+func Upgrade(tx *bolt.Tx, span int64) error {
+	meta := tx.Bucket(MetaRoot)
+	f, err := readFormat(meta)
+	if err != nil {
+		return err
 	}
 	if _, err := tx.CreateBucketIfNotExists(FiltersRoot); err != nil {
 		return base.MapBoltErr(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oncekv/oncekv/internal/base"
 	"github.com/oncekv/oncekv/internal/layout"
+	"github.com/oncekv/oncekv/internal/record"
 )
 
 func sampleMarks() []layout.Mark {
@@ -32,22 +33,168 @@ func TestMarkRoundTrip(t *testing.T) {
 	}
 }
 
-func TestMarkDecodeRejectsDamage(t *testing.T) {
-	raw := sampleMarks()[0].Marshal()
-	for i := range raw {
-		for _, bit := range []byte{0x01, 0x80} {
-			damaged := bytes.Clone(raw)
-			damaged[i] ^= bit
-			var m layout.Mark
-			require.Error(t, m.Unmarshal(damaged), "byte %d bit %x flipped", i, bit)
+// TestMarkKeepsFingerprintOnly: a mark stores the first FingerprintSize
+// bytes of the payload hash, and reads back with the rest zero, which is
+// what layout.Fingerprint makes of a request's hash.
+func TestMarkKeepsFingerprintOnly(t *testing.T) {
+	var sum [layout.HashSize]byte
+	for i := range sum {
+		sum[i] = byte(i + 1)
+	}
+	m := layout.Mark{State: layout.Done, PayloadHash: sum, Response: []byte("ok")}
+	for name, raw := range map[string][]byte{"current": m.Marshal(), "legacy": m.MarshalLegacy()} {
+		var got layout.Mark
+		require.NoError(t, got.Unmarshal(raw), name)
+		require.Equal(t, layout.Fingerprint(sum), got.PayloadHash, name)
+		require.Equal(t, sum[:layout.FingerprintSize], got.PayloadHash[:layout.FingerprintSize], name)
+		require.Equal(t, make([]byte, layout.HashSize-layout.FingerprintSize), got.PayloadHash[layout.FingerprintSize:], name)
+	}
+}
+
+// TestLegacyMarkDecodes: the msgpack marks of files before format 3 read
+// as the same marks (their hash cut to the fingerprint), and encode again
+// in the current form, which reads back the same.
+func TestLegacyMarkDecodes(t *testing.T) {
+	for _, m := range sampleMarks() {
+		var old layout.Mark
+		require.NoError(t, old.Unmarshal(m.MarshalLegacy()))
+		want := m
+		want.PayloadHash = layout.Fingerprint(m.PayloadHash)
+		require.Equal(t, want, old)
+		require.Equal(t, m.Response == nil, old.Response == nil)
+
+		raw := old.Marshal()
+		require.NotEqual(t, m.MarshalLegacy()[0], raw[0], "written in the new form")
+		var again layout.Mark
+		require.NoError(t, again.Unmarshal(raw))
+		require.Equal(t, want, again)
+	}
+}
+
+// TestMarkSize pins the bytes of a DONE mark with a 64-byte response, the
+// bench module's mark: version, head, fingerprint, first seen, response
+// length and bytes, checksum; nothing for the absent fields.
+func TestMarkSize(t *testing.T) {
+	m := layout.Mark{State: layout.Done, PayloadHash: [32]byte{9}, Response: bytes.Repeat([]byte{'r'}, 64),
+		FirstSeen: 1_764_556_800_000_000_000}
+	require.Len(t, m.Marshal(), 1+1+16+8+1+64+4)
+	require.Len(t, m.MarshalLegacy(), 136, "the msgpack form it replaces")
+	claim := layout.Mark{State: layout.InProgress, LeaseUntil: m.FirstSeen + 30e9, Token: 7, FirstSeen: m.FirstSeen}
+	require.Len(t, claim.Marshal(), 1+1+16+8+9+1+4)
+}
+
+// TestMarkCodecAllocations: encoding allocates only the value bbolt
+// keeps; decoding only the Response copy (or the Error of a FAILED mark).
+func TestMarkCodecAllocations(t *testing.T) {
+	for _, m := range sampleMarks()[:4] {
+		raw := m.Marshal()
+		var got layout.Mark
+		require.InDelta(t, 1, testing.AllocsPerRun(100, func() { raw = m.Marshal() }), 0)
+		want := 0.0
+		if len(m.Response) > 0 || m.Error != "" {
+			want = 1
 		}
+		require.InDelta(t, want, testing.AllocsPerRun(100, func() {
+			if got.Unmarshal(raw) != nil {
+				panic("the sample does not decode")
+			}
+		}), 0, "%+v", m)
 	}
-	for n := range raw {
+}
+
+// TestMarkDecodeRejectsNonCanonical: each field has one encoding, so a
+// body with a valid checksum but another encoding of the same mark is
+// refused, as the fuzz target's round trip requires.
+func TestMarkDecodeRejectsNonCanonical(t *testing.T) {
+	fixed := append([]byte{byte(layout.Done)}, make([]byte, 16+8)...)
+	for name, body := range map[string][]byte{
+		"unknown head bit":    append([]byte{byte(layout.Done) | 0x40}, make([]byte, 16+8)...),
+		"state zero":          make([]byte, 1+16+8),
+		"short":               fixed[:20],
+		"empty error present": append(withHead(fixed, 1<<3), 0),
+		"zero token present":  append(withHead(fixed, 1<<5), 0),
+		"zero lease present":  append(withHead(fixed, 1<<4), 0),
+		"non-minimal length":  append(withHead(fixed, 1<<2), 0x81, 0x00, 'x'),
+		"length past the end": append(withHead(fixed, 1<<2), 5, 'x'),
+		"varint overflow":     append(withHead(fixed, 1<<5), bytes.Repeat([]byte{0xff}, 11)...),
+		"trailing byte":       append(bytes.Clone(fixed), 0),
+		"field missing":       withHead(fixed, 1<<2),
+		"record version 3":    nil,
+	} {
+		version := byte(2)
+		if body == nil {
+			version, body = 3, fixed
+		}
+		raw := record.Alloc(version, len(body))
+		copy(record.Body(raw), body)
+		record.Finish(raw)
 		var m layout.Mark
-		require.Error(t, m.Unmarshal(raw[:n]), "truncated to %d bytes", n)
+		require.Error(t, m.Unmarshal(raw), name)
 	}
-	var m layout.Mark
-	require.Error(t, m.Unmarshal(append(bytes.Clone(raw), 0)), "trailing byte")
+}
+
+func withHead(body []byte, bits byte) []byte {
+	out := bytes.Clone(body)
+	out[0] |= bits
+	return out
+}
+
+func TestMarkDecodeRejectsDamage(t *testing.T) {
+	m := sampleMarks()[0]
+	for _, raw := range [][]byte{m.Marshal(), m.MarshalLegacy()} {
+		for i := range raw {
+			for _, bit := range []byte{0x01, 0x80} {
+				damaged := bytes.Clone(raw)
+				damaged[i] ^= bit
+				var m layout.Mark
+				require.Error(t, m.Unmarshal(damaged), "byte %d bit %x flipped", i, bit)
+			}
+		}
+		for n := range raw {
+			var m layout.Mark
+			require.Error(t, m.Unmarshal(raw[:n]), "truncated to %d bytes", n)
+		}
+		var m layout.Mark
+		require.Error(t, m.Unmarshal(append(bytes.Clone(raw), 0)), "trailing byte")
+	}
+}
+
+// BenchmarkMarkUnmarshal decodes the bench module's DONE mark (64-byte
+// response) from the msgpack form of format 2 and from the current one.
+func BenchmarkMarkUnmarshal(b *testing.B) {
+	m := layout.Mark{State: layout.Done, PayloadHash: [32]byte{9}, Response: bytes.Repeat([]byte{'r'}, 64),
+		FirstSeen: 1_764_556_800_000_000_000}
+	for _, form := range []struct {
+		name string
+		raw  []byte
+	}{{"legacy", m.MarshalLegacy()}, {"current", m.Marshal()}} {
+		b.Run(form.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var got layout.Mark
+			for b.Loop() {
+				if err := got.Unmarshal(form.raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMarkMarshal encodes the same mark in both forms.
+func BenchmarkMarkMarshal(b *testing.B) {
+	m := layout.Mark{State: layout.Done, PayloadHash: [32]byte{9}, Response: bytes.Repeat([]byte{'r'}, 64),
+		FirstSeen: 1_764_556_800_000_000_000}
+	for _, form := range []struct {
+		name string
+		enc  func() []byte
+	}{{"legacy", m.MarshalLegacy}, {"current", m.Marshal}} {
+		b.Run(form.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = form.enc()
+			}
+		})
+	}
 }
 
 func TestMarkKeyRoundTripAndLimits(t *testing.T) {
@@ -92,20 +239,31 @@ func TestFormatAndExpiryRoundTrip(t *testing.T) {
 }
 
 // FuzzMarkUnmarshal feeds arbitrary bytes to the mark decoder: it must never
-// panic, and whatever it accepts must encode back to the same bytes, so a
-// damaged record cannot decode to a different, plausible mark.
+// panic, and whatever it accepts in the current form must encode back to
+// the same bytes, so a damaged record cannot decode to a different,
+// plausible mark. A mark it accepts in the msgpack form of older files
+// encodes to the current form, which decodes to the same mark.
 func FuzzMarkUnmarshal(f *testing.F) {
 	for _, m := range sampleMarks() {
 		f.Add(m.Marshal())
+		f.Add(m.MarshalLegacy())
 	}
 	f.Add([]byte{})
 	f.Add([]byte{1, 0x97})
+	f.Add([]byte{2, 0x02})
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var m layout.Mark
 		if err := m.Unmarshal(raw); err != nil {
 			return
 		}
-		require.Equal(t, raw, m.Marshal())
+		again := m.Marshal()
+		if raw[0] != again[0] {
+			var m2 layout.Mark
+			require.NoError(t, m2.Unmarshal(again))
+			require.Equal(t, m, m2)
+			return
+		}
+		require.Equal(t, raw, again)
 	})
 }
 

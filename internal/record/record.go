@@ -1,6 +1,6 @@
 // Package record is the envelope of every record oncekv keeps in its
-// system buckets: a format-version byte, a msgpack body and a CRC-32C of
-// both. The version lets each kind of record evolve on its own; the
+// system buckets: a format-version byte, a body (msgpack, or a binary
+// layout of the record's own for the mark) and a CRC-32C of both. The version lets each kind of record evolve on its own; the
 // checksum tells corruption inside a record apart from a valid value, so a
 // damaged record is an error, never a plausible wrong answer.
 package record
@@ -61,23 +61,55 @@ func Seal(fn func(*msgpack.Encoder) error) []byte {
 	return out
 }
 
+// Alloc returns a record of a binary body of n bytes, with version as its
+// version byte: the caller fills [Body] and seals it with [Finish]. Records
+// that are not msgpack (the mark) are built this way, in one allocation.
+func Alloc(version byte, n int) []byte {
+	out := make([]byte, 1+n+checksumSize)
+	out[0] = version
+	return out
+}
+
+// Body returns the body of a record made by [Alloc], capped at its length
+// so that an append past it cannot reach the checksum.
+func Body(out []byte) []byte {
+	n := len(out) - checksumSize
+	return out[1:n:n]
+}
+
+// Finish writes the checksum of a record made by [Alloc].
+func Finish(out []byte) {
+	n := len(out) - checksumSize
+	binary.LittleEndian.PutUint32(out[n:], crc32.Checksum(out[:n], castagnoli))
+}
+
+// Open checks a record's length and checksum and returns its version byte
+// and body, which points into raw.
+func Open(raw []byte) (version byte, body []byte, err error) {
+	if len(raw) < 1+checksumSize {
+		return 0, nil, errShort
+	}
+	n := len(raw) - checksumSize
+	if crc32.Checksum(raw[:n], castagnoli) != binary.LittleEndian.Uint32(raw[n:]) {
+		return 0, nil, errChecksum
+	}
+	return raw[0], raw[1:n], nil
+}
+
 // Unseal checks a record's version and checksum and runs fn over a decoder
 // of its body. The decoder copies every byte slice it returns, so nothing fn
 // keeps points into bbolt's memory map.
 func Unseal(raw []byte, fields int, fn func(*msgpack.Decoder) error) error {
-	if len(raw) < 1+checksumSize {
-		return errShort
+	version, body, err := Open(raw)
+	if err != nil {
+		return err
 	}
-	n := len(raw) - checksumSize
-	if crc32.Checksum(raw[:n], castagnoli) != binary.LittleEndian.Uint32(raw[n:]) {
-		return errChecksum
-	}
-	if raw[0] != recordVersion {
-		return fmt.Errorf("record version %d, this build reads %d", raw[0], recordVersion)
+	if version != recordVersion {
+		return fmt.Errorf("record version %d, this build reads %d", version, recordVersion)
 	}
 	d := decoders.Get().(*decoder)
 	defer decoders.Put(d)
-	d.r.Reset(raw[1:n])
+	d.r.Reset(body)
 	d.dec.Reset(&d.r)
 	if err := expectArray(d.dec, fields); err != nil {
 		return err
