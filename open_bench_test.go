@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/internal/oncetest"
@@ -26,8 +25,9 @@ const openBenchWindows = 10
 
 // BenchmarkOpenLiveMarks times Open of a store holding many live marks, after a
 // clean Close ("clean") and after a commit that Close did not follow
-// ("crash", made by committing to the file with bbolt directly: what a
-// process killed after writing leaves, as far as Open can tell), with every
+// ("crash", made by committing to the file with bbolt directly, see
+// commitBehind: what a process killed after writing leaves, as far as
+// Open's proof can tell), with every
 // mark in one window ("one") or spread over openBenchWindows windows.
 //
 // Sizes come from ONCEKV_OPEN_MARKS (comma separated, default 100000), so
@@ -77,7 +77,7 @@ func BenchmarkOpenLiveMarks(b *testing.B) {
 					for range b.N {
 						if crash {
 							b.StopTimer()
-							commitBehindOncekv(b, path)
+							commitBehind(b, path)
 							b.StartTimer()
 						}
 						db, err := oncekv.Open(path, opts)
@@ -126,19 +126,4 @@ func buildOpenBenchStore(b *testing.B, path string, marks, windows int) {
 	}
 	require.NoError(b, db.Close())
 	require.NoError(b, os.Rename(path+".part", path))
-}
-
-// commitBehindOncekv commits a transaction to the file with bbolt itself,
-// as a process that reopened the store, wrote and died would have.
-func commitBehindOncekv(b *testing.B, path string) {
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true})
-	require.NoError(b, err)
-	require.NoError(b, bdb.Update(func(tx *bolt.Tx) error {
-		bk, err := tx.CreateBucketIfNotExists([]byte("u/open-bench"))
-		if err != nil {
-			return err
-		}
-		return bk.Put([]byte("n"), []byte(strconv.Itoa(tx.ID())))
-	}))
-	require.NoError(b, bdb.Close())
 }

@@ -65,6 +65,27 @@ func applyKeys(t testing.TB, db *oncekv.DB, prefix string, n, workers int) int {
 	return int(ran.Load())
 }
 
+// closedStore makes a store on clock holding prefix0 ... prefix<n-1>,
+// applied by concurrent callers, closes it cleanly and returns its path.
+func closedStore(t *testing.T, clock *oncetest.Clock, prefix string, n int) string {
+	t.Helper()
+	path := t.TempDir() + "/x.db"
+	db, err := oncekv.Open(path, newestFilterOpts(clock))
+	require.NoError(t, err)
+	require.Equal(t, n, applyKeys(t, db, prefix, n, 4))
+	require.NoError(t, db.Close())
+	return path
+}
+
+// updateBolt commits fn to the closed store at path with bbolt itself.
+func updateBolt(tb testing.TB, path string, fn func(tx *bolt.Tx) error) {
+	tb.Helper()
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(tb, err)
+	require.NoError(tb, b.Update(fn))
+	require.NoError(tb, b.Close())
+}
+
 // TestCleanCloseLoadsNewestFilter: after a clean Close, Open loads the
 // newest window's filter instead of reading its keys, every mark written
 // before (by concurrent callers) is a duplicate, and an untouched open and
@@ -72,14 +93,10 @@ func applyKeys(t testing.TB, db *oncekv.DB, prefix string, n, workers int) int {
 // persists the filter again.
 func TestCleanCloseLoadsNewestFilter(t *testing.T) {
 	clock := oncetest.NewClock(newestFilterEpoch)
-	path := t.TempDir() + "/x.db"
-	db, err := oncekv.Open(path, newestFilterOpts(clock))
-	require.NoError(t, err)
-	require.Equal(t, 3000, applyKeys(t, db, "a", 3000, 8))
-	require.NoError(t, db.Close())
+	path := closedStore(t, clock, "a", 3000)
 
 	before := statFile(t, path)
-	db, err = oncekv.Open(path, newestFilterOpts(clock))
+	db, err := oncekv.Open(path, newestFilterOpts(clock))
 	require.NoError(t, err)
 	require.Zero(t, oncekv.FiltersRebuiltAtOpen(db), "the filter came from the file")
 	require.Zero(t, applyKeys(t, db, "a", 3000, 8), "every key is a duplicate")
@@ -119,11 +136,7 @@ func TestNewestFilterRebuiltAfterSIGKILL(t *testing.T) {
 		t.Skip("spawns a child process")
 	}
 	clock := oncetest.NewClock(newestFilterEpoch)
-	path := t.TempDir() + "/x.db"
-	db, err := oncekv.Open(path, newestFilterOpts(clock))
-	require.NoError(t, err)
-	require.Equal(t, 200, applyKeys(t, db, "parent", 200, 4))
-	require.NoError(t, db.Close())
+	path := closedStore(t, clock, "parent", 200)
 
 	cmd, lines := startChild(t, "^TestNewestFilterRebuiltAfterSIGKILL$", newestFilterChildEnv, path)
 	var acked []string
@@ -140,7 +153,7 @@ func TestNewestFilterRebuiltAfterSIGKILL(t *testing.T) {
 	_ = cmd.Wait()
 	require.Len(t, acked, 300, "the child acknowledged every mark")
 
-	db, err = oncekv.Open(path, newestFilterOpts(clock))
+	db, err := oncekv.Open(path, newestFilterOpts(clock))
 	require.NoError(t, err)
 	defer db.Close()
 	for _, key := range acked {
@@ -185,17 +198,13 @@ func TestDamagedNewestFilterIsRebuilt(t *testing.T) {
 	for _, key := range []string{"filter", "stamp"} {
 		t.Run(key, func(t *testing.T) {
 			clock := oncetest.NewClock(newestFilterEpoch)
-			path := t.TempDir() + "/x.db"
-			db, err := oncekv.Open(path, newestFilterOpts(clock))
-			require.NoError(t, err)
-			require.Equal(t, 500, applyKeys(t, db, "a", 500, 4))
-			require.NoError(t, db.Close())
+			path := closedStore(t, clock, "a", 500)
 			flipClosedRecord(t, path, key)
 
 			var logs lockedBuffer
 			opts := newestFilterOpts(clock)
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			db, err = oncekv.Open(path, opts)
+			db, err := oncekv.Open(path, opts)
 			require.NoError(t, err)
 			require.Equal(t, 1, oncekv.FiltersRebuiltAtOpen(db))
 			require.Contains(t, logs.String(), "level=WARN msg=\"rebuilding a window's Bloom filter\"")
@@ -245,15 +254,11 @@ func flipClosedRecord(t *testing.T, path, key string) {
 // store written since, it rebuilds (and, read-only, writes nothing).
 func TestReadOnlyOpenLoadsNewestFilter(t *testing.T) {
 	clock := oncetest.NewClock(newestFilterEpoch)
-	path := t.TempDir() + "/x.db"
-	db, err := oncekv.Open(path, newestFilterOpts(clock))
-	require.NoError(t, err)
-	require.Equal(t, 400, applyKeys(t, db, "a", 400, 4))
-	require.NoError(t, db.Close())
+	path := closedStore(t, clock, "a", 400)
 
 	ro := newestFilterOpts(clock)
 	ro.ReadOnly = true
-	db, err = oncekv.Open(path, ro)
+	db, err := oncekv.Open(path, ro)
 	require.NoError(t, err)
 	require.Zero(t, oncekv.FiltersRebuiltAtOpen(db))
 	require.Zero(t, applyKeys(t, db, "a", 400, 4), "duplicates, answered read-only")
@@ -273,18 +278,15 @@ func TestReadOnlyOpenLoadsNewestFilter(t *testing.T) {
 // key) to the closed store at path, with bbolt itself. The persisted filter
 // would still hold every mark, but the proof is the transaction id, and it
 // moved: Open rebuilds, on the safe side.
-func commitBehind(t *testing.T, path string) {
-	t.Helper()
-	b, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+func commitBehind(tb testing.TB, path string) {
+	tb.Helper()
+	updateBolt(tb, path, func(tx *bolt.Tx) error {
 		bk, err := tx.CreateBucketIfNotExists([]byte("u/behind"))
 		if err != nil {
 			return err
 		}
-		return bk.Put([]byte("k"), []byte("v"))
-	}))
-	require.NoError(t, b.Close())
+		return bk.Put([]byte("k"), []byte(strconv.Itoa(tx.ID())))
+	})
 }
 
 // TestNewestFilterAfterWritesWithoutFilters: a process with the filters
@@ -293,15 +295,11 @@ func commitBehind(t *testing.T, path string) {
 // the filters on rebuilds it rather than miss the new marks.
 func TestNewestFilterAfterWritesWithoutFilters(t *testing.T) {
 	clock := oncetest.NewClock(newestFilterEpoch)
-	path := t.TempDir() + "/x.db"
-	db, err := oncekv.Open(path, newestFilterOpts(clock))
-	require.NoError(t, err)
-	require.Equal(t, 100, applyKeys(t, db, "a", 100, 2))
-	require.NoError(t, db.Close())
+	path := closedStore(t, clock, "a", 100)
 
 	off := newestFilterOpts(clock)
 	off.BloomFalsePositiveRate = -1
-	db, err = oncekv.Open(path, off)
+	db, err := oncekv.Open(path, off)
 	require.NoError(t, err)
 	require.Equal(t, 100, applyKeys(t, db, "off", 100, 2))
 	require.NoError(t, db.Close())
@@ -358,10 +356,7 @@ func TestMissingFiltersArePersistedAtClose(t *testing.T) {
 // at path, leaving the buckets.
 func dropPersistedFilters(t *testing.T, path string) {
 	t.Helper()
-	b, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	defer b.Close()
-	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+	updateBolt(t, path, func(tx *bolt.Tx) error {
 		if err := tx.DeleteBucket(layout.ClosedRoot); err != nil {
 			return err
 		}
@@ -375,5 +370,5 @@ func dropPersistedFilters(t *testing.T, path string) {
 			}
 		}
 		return nil
-	}))
+	})
 }
