@@ -330,7 +330,10 @@ func syncDir(dir string) error {
 func (db *DB) Path() string { return db.path }
 
 // Close waits for the calls in flight to finish, then closes the file.
-// Every later call returns ErrClosed. Closing twice is not an error: a
+// Before it does, it stores what the next Open would otherwise rebuild by
+// reading every key of the newest window, that window's Bloom filter (a
+// store opened and closed untouched is left as it was). Every later call
+// returns ErrClosed. Closing twice is not an error: a
 // Close that finds another one under way waits for it, so that the file is
 // closed (and may be opened again) whichever Close returns first.
 func (db *DB) Close() error {
@@ -357,7 +360,8 @@ func (db *DB) Close() error {
 			err = db.write(func(w *writeTx) error { return save.writeLocked(db, w) })
 		}
 		if err != nil {
-			db.log.Warn("closing without saving the clock's high-water mark or the Bloom filters", "path", db.path, "err", err)
+			db.log.Warn("closing without saving what the next Open needs", "path", db.path,
+				"clock", save.clock, "filters", save.newest != nil || len(save.sealed) > 0, "err", err)
 		}
 	}
 	return db.bolt.Close()

@@ -8,8 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,36 +33,6 @@ func newestFilterOpts(clock *oncetest.Clock) *oncekv.Options {
 	return &oncekv.Options{Now: clock.Now, ExpireInterval: -1, WindowSpan: time.Hour}
 }
 
-// applyKeys applies prefix0 ... prefix<n-1> from workers goroutines and
-// returns how many effects ran.
-func applyKeys(t testing.TB, db *oncekv.DB, prefix string, n, workers int) int {
-	t.Helper()
-	var ran atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += workers {
-				key := prefix + strconv.Itoa(i)
-				_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: key, Payload: []byte(key)},
-					func(*oncekv.Tx) ([]byte, error) { ran.Add(1); return []byte(key), nil })
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	return int(ran.Load())
-}
-
 // closedStore makes a store on clock holding prefix0 ... prefix<n-1>,
 // applied by concurrent callers, closes it cleanly and returns its path.
 func closedStore(t *testing.T, clock *oncetest.Clock, prefix string, n int) string {
@@ -75,15 +43,6 @@ func closedStore(t *testing.T, clock *oncetest.Clock, prefix string, n int) stri
 	require.Equal(t, n, applyKeys(t, db, prefix, n, 4))
 	require.NoError(t, db.Close())
 	return path
-}
-
-// updateBolt commits fn to the closed store at path with bbolt itself.
-func updateBolt(tb testing.TB, path string, fn func(tx *bolt.Tx) error) {
-	tb.Helper()
-	b, err := bolt.Open(path, 0o600, nil)
-	require.NoError(tb, err)
-	require.NoError(tb, b.Update(fn))
-	require.NoError(tb, b.Close())
 }
 
 // TestCleanCloseLoadsNewestFilter: after a clean Close, Open loads the
@@ -272,21 +231,6 @@ func TestReadOnlyOpenLoadsNewestFilter(t *testing.T) {
 	require.Zero(t, applyKeys(t, db, "a", 400, 4))
 	require.NoError(t, db.Close())
 	require.True(t, bytes.Equal(before.bytes, statFile(t, path).bytes), "read-only wrote nothing")
-}
-
-// commitBehind commits a transaction that writes no mark (one user-bucket
-// key) to the closed store at path, with bbolt itself. The persisted filter
-// would still hold every mark, but the proof is the transaction id, and it
-// moved: Open rebuilds, on the safe side.
-func commitBehind(tb testing.TB, path string) {
-	tb.Helper()
-	updateBolt(tb, path, func(tx *bolt.Tx) error {
-		bk, err := tx.CreateBucketIfNotExists([]byte("u/behind"))
-		if err != nil {
-			return err
-		}
-		return bk.Put([]byte("k"), []byte(strconv.Itoa(tx.ID())))
-	})
 }
 
 // TestNewestFilterAfterWritesWithoutFilters: a process with the filters
