@@ -38,13 +38,13 @@ type closeSave struct {
 	// newest: the newest window's filter, unless the file's filter is
 	// already current, so the next Open loads it instead of reading every
 	// key of the window (see loadNewestFilter).
-	newest *windowsFilter
+	newest *windowFilter
 	// sealed: filters of sealed windows that Open had to rebuild.
-	sealed []windowsFilter
+	sealed []windowFilter
 }
 
-// windowsFilter is a window's start and its in-memory filter.
-type windowsFilter struct {
+// windowFilter is a window's start and its in-memory filter.
+type windowFilter struct {
 	start  int64
 	filter *bloom.Filter
 }
@@ -62,11 +62,11 @@ func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 	save.clock = db.clock.high.Load() > db.clockSaved
 	if db.filtersOn() {
 		if n := db.windows.Newest(); n != nil && n.Filter != nil && !db.newestFilterCurrent() {
-			save.newest = &windowsFilter{n.Start, n.Filter}
+			save.newest = &windowFilter{n.Start, n.Filter}
 		}
 		for _, start := range db.opened.rebuiltSealed {
 			if w := db.windows.Find(start); w != nil && w != db.windows.Newest() && w.Filter != nil {
-				save.sealed = append(save.sealed, windowsFilter{start, w.Filter})
+				save.sealed = append(save.sealed, windowFilter{start, w.Filter})
 			}
 		}
 	}
