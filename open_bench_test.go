@@ -79,6 +79,7 @@ func BenchmarkOpenLiveMarks(b *testing.B) {
 						require.NoError(b, err)
 						require.NoError(b, db.Close())
 					}
+					var cpu cpuMeter
 					b.ResetTimer()
 					for range b.N {
 						if crash {
@@ -86,27 +87,48 @@ func BenchmarkOpenLiveMarks(b *testing.B) {
 							commitBehind(b, path)
 							b.StartTimer()
 						}
+						cpu.start()
 						db, err := oncekv.Open(path, opts)
+						cpu.stop()
 						require.NoError(b, err)
 						b.StopTimer()
 						require.NoError(b, db.Close())
 						b.StartTimer()
 					}
+					cpu.report(b)
 				})
 			}
 			b.Run("close-after-write/"+layout+"/"+strconv.Itoa(marks), func(b *testing.B) {
 				opts := openBenchOptions(windows)
+				var cpu cpuMeter
 				b.StopTimer()
 				for range b.N {
 					db, err := oncekv.Open(path, opts)
 					require.NoError(b, err)
 					require.Equal(b, 1, applyKeys(b, db, "close-"+strconv.FormatInt(time.Now().UnixNano(), 36)+"-", 1, 1))
 					b.StartTimer()
-					require.NoError(b, db.Close())
+					cpu.start()
+					err = db.Close()
+					cpu.stop()
 					b.StopTimer()
+					require.NoError(b, err)
 				}
+				cpu.report(b)
 			})
 		}
+	}
+}
+
+// cpuMeter adds up the CPU time the process uses between start and stop.
+type cpuMeter struct{ total, began time.Duration }
+
+func (m *cpuMeter) start() { m.began = cpuTime() }
+func (m *cpuMeter) stop()  { m.total += cpuTime() - m.began }
+
+// report adds the CPU time per operation to b's results, as cpu-ms/op.
+func (m *cpuMeter) report(b *testing.B) {
+	if haveCPUTime {
+		b.ReportMetric(float64(m.total.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	}
 }
 
