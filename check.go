@@ -96,12 +96,17 @@ func checkWindows(btx *bolt.Tx, report func(error) error) error {
 	})
 }
 
-// checkFilters decodes every persisted Bloom filter, checksum included.
+// checkFilters decodes every persisted Bloom filter, checksum included: the
+// sealed windows' and the one a clean Close left for the newest window.
 func checkFilters(btx *bolt.Tx, report func(error) error) error {
-	return forEachWindowRecord(btx, layout.FiltersRoot, report, func(v []byte) error {
+	decode := func(v []byte) error {
 		_, err := bloom.Decode(v)
 		return err
-	})
+	}
+	if err := forEachWindowRecord(btx, layout.FiltersRoot, report, decode); err != nil {
+		return err
+	}
+	return layout.CheckNewestFilter(btx, decode, report)
 }
 
 // checkLeases decodes every window's recorded lease end.

@@ -61,6 +61,9 @@ type DB struct {
 	// (never the reverse) to check that correctness never rests on it.
 	filterHook func(maybe bool) bool
 
+	// opened is what Open learnt about the persisted filters, for Close.
+	opened openedFilters
+
 	// orphansUpTo is the last claim token issued before this Open: a claim
 	// with a token up to it was taken by a process that is gone (see
 	// orphan.go). 0 with Options.KeepOrphanedClaims.
@@ -341,7 +344,10 @@ func syncDir(dir string) error {
 func (db *DB) Path() string { return db.path }
 
 // Close waits for the calls in flight to finish, then closes the file.
-// Every later call returns ErrClosed. Closing twice is not an error: a
+// Before it does, it stores what the next Open would otherwise rebuild by
+// reading every key of the newest window, that window's Bloom filter (a
+// store opened and closed untouched is left as it was). Every later call
+// returns ErrClosed. Closing twice is not an error: a
 // Close that finds another one under way waits for it, so that the file is
 // closed (and may be opened again) whichever Close returns first.
 func (db *DB) Close() error {
@@ -354,15 +360,22 @@ func (db *DB) Close() error {
 		return nil
 	}
 	defer close(db.life.done)
-	// Keep the clock's high-water mark for the next Open (see clock.go),
-	// only when there is something new to keep (see closeNeedsSave). A
-	// store that cannot write any more (poisoned, full disk) still closes.
-	if db.closeNeedsSave() {
-		err := db.write(func(w *writeTx) error {
-			return layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
-		})
+	// Keep the clock's high-water mark and the newest window's filter for
+	// the next Open (see clock.go and loadNewestFilter), only when there is
+	// something new to keep (see closeNeedsSave). A store that cannot write
+	// any more (poisoned, full disk) still closes: without the filters, the
+	// next Open rebuilds them; the clock is tried again on its own, being
+	// a few bytes where a filter may be megabytes.
+	if save, ok := db.closeNeedsSave(); ok {
+		err := db.write(func(w *writeTx) error { return save.writeLocked(db, w) })
+		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0) {
+			db.log.Warn("closing without saving the Bloom filters", "path", db.path, "err", err)
+			save = closeSave{clock: true}
+			err = db.write(func(w *writeTx) error { return save.writeLocked(db, w) })
+		}
 		if err != nil {
-			db.log.Warn("closing without saving the clock's high-water mark", "path", db.path, "err", err)
+			db.log.Warn("closing without saving what the next Open needs", "path", db.path,
+				"clock", save.clock, "filters", save.newest != nil || len(save.sealed) > 0, "err", err)
 		}
 	}
 	return db.bolt.Close()

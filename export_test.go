@@ -55,3 +55,7 @@ func PagesWritten(db *DB) int64 {
 	st := db.bolt.Stats()
 	return st.TxStats.GetWrite()
 }
+
+// FiltersRebuiltAtOpen returns how many windows' Bloom filters Open rebuilt
+// by reading every key of the window, rather than loading a persisted one.
+func FiltersRebuiltAtOpen(db *DB) int { return db.opened.rebuilt }

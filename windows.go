@@ -16,11 +16,13 @@ import (
 // for. The filter grows past its plan, so a small guess is cheap.
 const minFilterKeys = 4096
 
-// loadWindows builds the in-memory list of live windows at Open. The
-// filters of sealed windows come from the file; only the newest window,
-// which may still be receiving marks, is rebuilt by reading its keys. A
-// sealed filter that is missing or fails its checksum is rebuilt too (and
-// logged): slower, never wrong.
+// loadWindows builds the in-memory list of live windows at Open. No step
+// reads the marks themselves: a window's mark count is its bucket's
+// sequence, and its filter comes from the file when the file can vouch for
+// it. A sealed window's filter was persisted when the window was sealed; the
+// newest window's, by the last clean Close (see loadNewestFilter). Only a
+// filter that is missing, damaged or stale is rebuilt by reading every key
+// of its window: slower, never wrong.
 func (db *DB) loadWindows(tx *bolt.Tx) error {
 	exp, err := layout.ReadExpiry(tx)
 	if err != nil {
@@ -56,12 +58,15 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 	}
 	if db.filtersOn() {
 		for i, w := range live {
-			newest := i == len(live)-1
-			if !newest {
-				if w.Filter = db.decodeFilter(tx, w.Start); w.Filter != nil {
-					continue
-				}
+			if i == len(live)-1 {
+				w.Filter = db.loadNewestFilter(tx, w.Start)
+			} else if w.Filter = db.decodeFilter(tx, w.Start); w.Filter == nil {
+				db.opened.rebuiltSealed = append(db.opened.rebuiltSealed, w.Start)
 			}
+			if w.Filter != nil {
+				continue
+			}
+			db.opened.rebuilt++
 			if w.Filter, err = db.rebuildFilter(buckets[i], uint64(w.Marks.Load())); err != nil {
 				return err
 			}
@@ -78,17 +83,54 @@ func (db *DB) newFilter(keys uint64) (*bloom.Filter, error) {
 	return bloom.New(max(keys, minFilterKeys), db.opts.BloomFalsePositiveRate)
 }
 
+// decodeFilter returns the persisted filter of the sealed window starting
+// at start, or nil when there is none or it does not decode.
 func (db *DB) decodeFilter(tx *bolt.Tx, start int64) *bloom.Filter {
 	raw := layout.GetFilter(tx, start)
 	if raw == nil {
 		return nil
 	}
+	return db.decodeOrWarn(raw, start)
+}
+
+// decodeOrWarn decodes a persisted filter of the window starting at start,
+// or logs why it cannot and returns nil, for the caller to rebuild it.
+func (db *DB) decodeOrWarn(raw []byte, start int64) *bloom.Filter {
 	f, err := bloom.Decode(raw)
 	if err != nil {
 		db.log.Warn("rebuilding a window's Bloom filter", "window", time.Unix(0, start).UTC(), "err", err)
 		return nil
 	}
 	return f
+}
+
+// loadNewestFilter returns the filter the last clean Close persisted for
+// the newest window, the one starting at start, when the file proves it
+// current (see layout.FilterStamp), or nil. A filter that lacked a
+// committed key would turn a duplicate into a second run of its effect, so
+// anything short of proof means a rebuild: after a crash, the process that
+// died may have written marks the filter never learnt.
+//
+// tx must be Open's first look at the windows, before Open wrote anything
+// itself: a write of Open's own (a legacy file's upgrade) moves the file
+// past the stamp, and costs one rebuild.
+func (db *DB) loadNewestFilter(tx *bolt.Tx, start int64) *bloom.Filter {
+	raw, state, err := layout.NewestFilter(tx, start)
+	switch state {
+	case layout.FilterCurrent:
+		if f := db.decodeOrWarn(raw, start); f != nil {
+			db.opened.provenTx = tx.ID()
+			return f
+		}
+	case layout.FilterStale:
+		db.log.Info("rebuilding the newest window's Bloom filter: the store was written after its last clean Close",
+			"path", db.path, "window", time.Unix(0, start).UTC())
+	case layout.FilterDamaged:
+		db.log.Warn("rebuilding a window's Bloom filter", "window", time.Unix(0, start).UTC(), "err", err)
+	case layout.FilterMissing:
+		db.log.Debug("rebuilding the newest window's Bloom filter: none was persisted", "path", db.path)
+	}
+	return nil
 }
 
 func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error) {

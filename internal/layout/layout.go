@@ -14,6 +14,8 @@
 //	oncekv.fences             per-resource fencing-token counters and per-key
 //	                          fences (see internal/fences)
 //	oncekv.filters            the Bloom filters of sealed windows, by window start
+//	oncekv.closed             the newest window's Bloom filter as the last clean
+//	                          Close left it, and the stamp that proves it current
 //	oncekv.leases             the latest lease end of the claims of each window
 //	oncekv.window/<8 bytes>   one bucket per time window, named by the window's
 //	                          start as a sortable big-endian integer; inside, one

@@ -204,17 +204,16 @@ func PutFilter(tx *bolt.Tx, start int64, encoded []byte) error {
 	return base.MapBoltErr(b.Put(filterKey(start), encoded))
 }
 
-// GetFilter returns the stored filter of the window starting at start,
-// copied out of the transaction, or nil.
+// GetFilter returns the stored filter of the window starting at start, or
+// nil. The slice points into tx's memory, valid until tx ends: bloom.Decode
+// keeps nothing of its input, so Open decodes a filter of megabytes
+// without copying it first.
 func GetFilter(tx *bolt.Tx, start int64) []byte {
 	b := tx.Bucket(FiltersRoot)
 	if b == nil {
 		return nil
 	}
-	if v := b.Get(filterKey(start)); v != nil {
-		return append([]byte(nil), v...)
-	}
-	return nil
+	return b.Get(filterKey(start))
 }
 
 // DeleteFilter removes the stored filter of the window starting at start.
