@@ -87,6 +87,7 @@ func openOncekv(bloom bool) func(c storeConfig) (store, error) {
 			WindowSpan:     c.span,
 			Retention:      c.retention,
 			ExpireInterval: -1, // nothing expires within a run
+			Now:            c.now,
 		}
 		if !bloom || !c.bloom {
 			o.BloomFalsePositiveRate = -1
@@ -158,3 +159,10 @@ func (s *oncekvStore) effectCount(key string) (n uint64, err error) {
 }
 
 func (s *oncekvStore) close() error { return s.db.Close() }
+
+func (s *oncekvStore) commitCounts() commitCounts {
+	st := s.db.Stats()
+	h := st.CommitHistograms
+	return commitCounts{commits: h.Count, took: h.DurationSum, markTxs: h.MarkCommits, marks: h.RequestSum,
+		freelist: st.File.FreelistBytes, pageSize: st.File.PageSize, liveMarks: st.LiveMarks, windowsNow: len(st.Windows)}
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// windowPrefix starts the name of every window bucket in an oncekv file.
+// The probe reads it by name through raw bbolt, which is what a user with
+// the bbolt CLI would see; oncekv's layout package is internal.
+var windowPrefix = []byte("oncekv.window/")
+
+// treeShape is what raw bbolt reports about an oncekv file: how many
+// window buckets it has, and the B-tree of the newest one, where every new
+// mark lands (its depth is what a commit of one new mark dirties, from the
+// root down to a leaf).
+type treeShape struct {
+	windows     int
+	newestKeys  int
+	newestDepth int
+	newestPages int // branch and leaf pages
+	filePages   int // the file's high-water mark, in pages
+	freePages   int // pages on bbolt's freelist (written with every commit)
+}
+
+// probeTree opens a closed oncekv file read-only with raw bbolt and
+// measures its window buckets.
+func probeTree(path string) (treeShape, error) {
+	var t treeShape
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, PreLoadFreelist: true, FreelistType: bolt.FreelistArrayType})
+	if err != nil {
+		return t, err
+	}
+	defer db.Close()
+	err = db.View(func(tx *bolt.Tx) error {
+		t.filePages = int(tx.Size() / int64(db.Info().PageSize))
+		var newest []byte
+		err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			if bytes.HasPrefix(name, windowPrefix) {
+				t.windows++
+				newest = bytes.Clone(name) // names sort by start time
+			}
+			return nil
+		})
+		if err != nil || newest == nil {
+			return err
+		}
+		s := tx.Bucket(newest).Stats()
+		t.newestKeys, t.newestDepth, t.newestPages = s.KeyN, s.Depth, s.BranchPageN+s.LeafPageN
+		return nil
+	})
+	t.freePages = db.Stats().FreePageN
+	return t, err
+}
