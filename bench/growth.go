@@ -126,9 +126,9 @@ func (b *bench) growthCurve() ([]growthPoint, error) {
 				pt.opsPerSec = res.opsPerSec
 			}
 		}
-		progress("%-40s %10.0f ops/s sync-off  %6.0f ops/s durable  open %v  durable: %.1f pages/commit, %.2f ms/commit, freelist %d B; newest window %d marks, depth %d",
+		progress("%-40s %10.0f ops/s sync-off  %6.0f ops/s durable  open %v  durable: %.1f pages/commit, %.2f ms/commit, freelist %d B; newest window %d marks, depth %d; effects depth %d",
 			"oncekv growth "+strconv.Itoa(size)+" marks", pt.opsPerSec, pt.durable, pt.open.Round(time.Microsecond),
-			pt.durableCell.pagesPerCommit, pt.durableCell.commitMillis, pt.durableCell.freelist, pt.tree.newestKeys, pt.tree.newestDepth)
+			pt.durableCell.pagesPerCommit, pt.durableCell.commitMillis, pt.durableCell.freelist, pt.tree.newestKeys, pt.tree.newestDepth, pt.tree.effectsDepth)
 		points = append(points, pt)
 	}
 	return points, nil

@@ -11,6 +11,10 @@ import (
 // the bbolt CLI would see; oncekv's layout package is internal.
 var windowPrefix = []byte("oncekv.window/")
 
+// effectsRoot is the bench's effects bucket as oncekv stores it: user
+// buckets live at the root under "u/".
+var effectsRoot = []byte("u/effects")
+
 // treeShape is what raw bbolt reports about an oncekv file: how many
 // window buckets it has, and the B-tree of the newest one, where every new
 // mark lands (its depth is what a commit of one new mark dirties, from the
@@ -20,8 +24,11 @@ type treeShape struct {
 	newestKeys  int
 	newestDepth int
 	newestPages int // branch and leaf pages
-	filePages   int // the file's high-water mark, in pages
-	freePages   int // pages on bbolt's freelist (written with every commit)
+	// effectsDepth is the depth of the effects bucket, the other tree a
+	// unique Apply writes to (raw bbolt writes only that one).
+	effectsDepth int
+	filePages    int // the file's high-water mark, in pages
+	freePages    int // pages on bbolt's freelist (written with every commit)
 }
 
 // probeTree opens a closed oncekv file read-only with raw bbolt and
@@ -45,6 +52,9 @@ func probeTree(path string) (treeShape, error) {
 		})
 		if err != nil || newest == nil {
 			return err
+		}
+		if e := tx.Bucket(effectsRoot); e != nil {
+			t.effectsDepth = e.Stats().Depth
 		}
 		s := tx.Bucket(newest).Stats()
 		t.newestKeys, t.newestDepth, t.newestPages = s.KeyN, s.Depth, s.BranchPageN+s.LeafPageN

@@ -33,10 +33,12 @@ func (t target) String() string {
 	default:
 		s = fmt.Sprintf("- MISSED: %s: %s (target >= %s, short by %s)", t.name, fig(t.got), fig(t.want), by(1-t.got/t.want))
 	}
+	// A note explains a miss; once the target is met it is stale, and left out.
 	switch {
+	case t.missing != "" || t.met():
 	case t.note != "":
 		s += "\n  - why: " + t.note
-	case t.missing == "" && !t.met():
+	default:
 		s += "\n  - why: (no note yet: add `" + t.id + ": ...` to the -notes file)"
 	}
 	return s
