@@ -31,12 +31,11 @@ func (b *bench) fenceCell() (*fenceResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	s, err := findPeer("oncekv").open(b.storeConfig(dir, false))
+	db, err := openOncekvDB(b.storeConfig(dir, false))
 	if err != nil {
 		return nil, err
 	}
-	defer s.close()
-	db := s.(*oncekvStore).db
+	defer db.Close()
 	value := fill("fenced value", effectSize)
 	write := func(run int, fenced bool) (time.Duration, error) {
 		name := []byte("plain")

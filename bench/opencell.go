@@ -45,14 +45,7 @@ func (b *bench) openCell() (*openResult, error) {
 	clock := newSpreadClock(b.cfg.span, o.windows, o.marks)
 	sc := b.storeConfig(dir, false)
 	sc.now = clock.now
-	open := func() (*oncekv.DB, error) {
-		s, err := findPeer("oncekv").open(sc)
-		if err != nil {
-			return nil, err
-		}
-		return s.(*oncekvStore).db, nil
-	}
-	db, err := open()
+	db, err := openOncekvDB(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +83,7 @@ func (b *bench) openCell() (*openResult, error) {
 	}
 	for range openRuns {
 		t0 := time.Now()
-		db, err := open()
+		db, err := openOncekvDB(sc)
 		if err != nil {
 			return nil, err
 		}

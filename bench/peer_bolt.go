@@ -100,6 +100,16 @@ func openOncekv(bloom bool) func(c storeConfig) (store, error) {
 	}
 }
 
+// openOncekvDB opens the oncekv peer as the cells do, for the cells that
+// call oncekv's API beyond the protocol (LoadMarks, PutFenced).
+func openOncekvDB(c storeConfig) (*oncekv.DB, error) {
+	s, err := openOncekv(true)(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.(*oncekvStore).db, nil
+}
+
 // effect is the effect the protocol asks for: one 64-byte value write in a
 // user bucket.
 func oncekvEffect(tx *oncekv.Tx, r *request) ([]byte, error) {
