@@ -70,6 +70,9 @@ func (b *bench) openCell() (*openResult, error) {
 			_ = db.Close()
 			return nil, err
 		}
+		if hi/1_000_000 > lo/1_000_000 {
+			progress("oncekv open cell: %d of %d marks loaded in %v", hi, o.marks, time.Since(t0).Round(time.Second))
+		}
 		lo = hi
 	}
 	o.load = time.Since(t0)
