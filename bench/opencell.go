@@ -101,6 +101,6 @@ func (b *bench) openCell() (*openResult, error) {
 	}
 	progress("%-40s load %v (LoadMarks, sync off), close %v, file %d MiB, open %v",
 		fmt.Sprintf("oncekv open %d marks in %d window(s)", o.marks, o.windows), o.load.Round(time.Millisecond),
-		o.close.Round(time.Millisecond), o.fileBytes>>20, o.opens)
+		o.close.Round(time.Microsecond), o.fileBytes>>20, roundAll(o.opens))
 	return o, nil
 }

@@ -114,7 +114,7 @@ func (st *suite) markdown() string {
 	if o := st.open; o != nil {
 		fmt.Fprintf(&b, "\n### Open after a clean Close\n\n%d live marks in %d window(s), loaded with DB.LoadMarks (sync off) in %v; "+
 			"Close took %v; file %d MiB. Open, each after a clean Close: %v (median %v).\n",
-			o.marks, o.windows, o.load.Round(time.Millisecond), o.close.Round(time.Millisecond), o.fileBytes>>20,
+			o.marks, o.windows, o.load.Round(time.Millisecond), o.close.Round(time.Microsecond), o.fileBytes>>20,
 			roundAll(o.opens), o.median().Round(time.Microsecond))
 	}
 	if f := st.fence; f != nil {
