@@ -184,6 +184,21 @@ func (st *suite) writeCSV(path string) error {
 		_ = w.Write([]string{"oncekv-growth-" + strconv.Itoa(g.marks), kindUnique, "durable", "1", "1", "median", "", "",
 			strconv.FormatFloat(g.durable, 'f', 1, 64), "", "", "", "", ""})
 	}
+	if o := st.open; o != nil {
+		for i, d := range o.opens {
+			_ = w.Write([]string{"oncekv-open-" + strconv.Itoa(o.marks), "open", "", "", "", strconv.Itoa(i + 1), strconv.Itoa(o.marks),
+				strconv.FormatFloat(d.Seconds(), 'f', 6, 64), "", "", "", "", "", ""})
+		}
+	}
+	if f := st.fence; f != nil {
+		for _, x := range []struct {
+			kind string
+			d    time.Duration
+		}{{"put", f.plain}, {"putfenced", f.fenced}} {
+			_ = w.Write([]string{"oncekv", x.kind, "sync-off", "1", strconv.Itoa(f.keys), "median", strconv.Itoa(f.keys),
+				strconv.FormatFloat(x.d.Seconds(), 'f', 6, 64), strconv.FormatFloat(float64(f.keys)/x.d.Seconds(), 'f', 1, 64), "", "", "", "", ""})
+		}
+	}
 	for p, s := range st.sizes {
 		_ = w.Write([]string{p, "size", "", "", "", "", strconv.Itoa(st.cfg.sizeKeys), "", "", "", "", "", "", "bytes_per_mark=" + strconv.FormatFloat(s, 'f', 1, 64)})
 	}
