@@ -99,7 +99,7 @@ func (st *suite) markdown() string {
 		strconv.Itoa(c.sizeKeys) + " keys (mark and effect row), over the key count.\n")
 	st.commitTable(&b)
 	if len(st.growth) > 0 {
-		fmt.Fprintf(&b, "\n### oncekv against live marks\n\nOne store, loaded with ApplyBatch (sync off) to each size, %s. "+
+		fmt.Fprintf(&b, "\n### oncekv against live marks\n\nOne store per size, loaded with ApplyBatch (sync off), %s; the runs taken in turns across the sizes. "+
 			"Per durable commit: pages this process wrote (bytes / page size: B-tree pages, freelist, meta) and the mean commit time; "+
 			"the freelist's bytes (bbolt writes it with every commit); the newest window (where every new mark lands) as raw bbolt reads it after the load.\n\n", st.growthWindows())
 		b.WriteString("| live marks | unique sync-off c1 | unique durable c1 | open time | pages / durable commit | ms / durable commit | freelist bytes | free pages | windows | newest window: marks | depth | pages | effects depth |\n")
