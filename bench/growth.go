@@ -144,9 +144,9 @@ func (b *bench) growthCurve() ([]growthPoint, error) {
 	var points []growthPoint
 	for _, g := range gs {
 		pt := g.pt
-		progress("%-40s %10.0f ops/s sync-off  %6.0f ops/s durable  open %v  durable: %.1f pages/commit, %.2f ms/commit, freelist %d B; newest window %d marks, depth %d; effects depth %d",
+		progress("%-40s %10.0f ops/s sync-off  %6.0f ops/s durable  open %v  durable: %.1f pages/commit, %.2f ms/commit, freelist %d B; newest window %d marks, depth %d; effects depth %d; root bucket %d pages",
 			"oncekv growth "+strconv.Itoa(pt.marks)+" marks", pt.opsPerSec, pt.durable, pt.open.Round(time.Microsecond),
-			pt.durableCell.pagesPerCommit, pt.durableCell.commitMillis, pt.durableCell.freelist, pt.tree.newestKeys, pt.tree.newestDepth, pt.tree.effectsDepth)
+			pt.durableCell.pagesPerCommit, pt.durableCell.commitMillis, pt.durableCell.freelist, pt.tree.newestKeys, pt.tree.newestDepth, pt.tree.effectsDepth, pt.tree.rootPages)
 		points = append(points, pt)
 	}
 	return points, nil

@@ -27,8 +27,12 @@ type treeShape struct {
 	// effectsDepth is the depth of the effects bucket, the other tree a
 	// unique Apply writes to (raw bbolt writes only that one).
 	effectsDepth int
-	filePages    int // the file's high-water mark, in pages
-	freePages    int // pages on bbolt's freelist (written with every commit)
+	// rootPages is the pages of the root bucket itself (the one holding
+	// every bucket's header), which a commit also rewrites: 1 while all
+	// headers fit one page.
+	rootPages int
+	filePages int // the file's high-water mark, in pages
+	freePages int // pages on bbolt's freelist (written with every commit)
 }
 
 // probeTree opens a closed oncekv file read-only with raw bbolt and
@@ -43,7 +47,13 @@ func probeTree(path string) (treeShape, error) {
 	err = db.View(func(tx *bolt.Tx) error {
 		t.filePages = int(tx.Size() / int64(db.Info().PageSize))
 		var newest []byte
-		err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		// The root's Stats count every bucket's pages below it; each
+		// bucket's own Stats, subtracted, leave the root's.
+		root := tx.Cursor().Bucket().Stats()
+		t.rootPages = root.BranchPageN + root.LeafPageN
+		err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			s := b.Stats()
+			t.rootPages -= s.BranchPageN + s.LeafPageN
 			if bytes.HasPrefix(name, windowPrefix) {
 				t.windows++
 				newest = bytes.Clone(name) // names sort by start time

@@ -102,13 +102,13 @@ func (st *suite) markdown() string {
 		fmt.Fprintf(&b, "\n### oncekv against live marks\n\nOne store per size, loaded with ApplyBatch (sync off), %s; the runs taken in turns across the sizes. "+
 			"Per durable commit: pages this process wrote (bytes / page size: B-tree pages, freelist, meta) and the mean commit time; "+
 			"the freelist's bytes (bbolt writes it with every commit); the newest window (where every new mark lands) as raw bbolt reads it after the load.\n\n", st.growthWindows())
-		b.WriteString("| live marks | unique sync-off c1 | unique durable c1 | open time | pages / durable commit | ms / durable commit | freelist bytes | free pages | windows | newest window: marks | depth | pages | effects depth |\n")
-		b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| live marks | unique sync-off c1 | unique durable c1 | open time | pages / durable commit | ms / durable commit | freelist bytes | free pages | windows | root bucket pages | newest window: marks | depth | pages | effects depth |\n")
+		b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, g := range st.growth {
 			d, t := g.durableCell, g.tree
-			fmt.Fprintf(&b, "| %d | %s | %s | %v | %s | %s | %d | %d | %d | %d | %d | %d | %d |\n", g.marks, num(g.opsPerSec), num(g.durable),
+			fmt.Fprintf(&b, "| %d | %s | %s | %v | %s | %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", g.marks, num(g.opsPerSec), num(g.durable),
 				g.open.Round(time.Microsecond), num(d.pagesPerCommit), num(d.commitMillis), d.freelist, t.freePages,
-				t.windows, t.newestKeys, t.newestDepth, t.newestPages, t.effectsDepth)
+				t.windows, t.rootPages, t.newestKeys, t.newestDepth, t.newestPages, t.effectsDepth)
 		}
 	}
 	if o := st.open; o != nil {
