@@ -30,6 +30,13 @@ type config struct {
 	quick      bool
 	cpuProfile string
 	plateau    plateauConfig
+	notes      string // file of "why" notes for missed targets
+	// growthWindows spreads the growth curve's marks over this many windows
+	// (1: all in one, the worst case for the window the next mark lands in).
+	growthWindows int
+	openMarks     int // live marks of the open cell; 0 skips it
+	openWindows   int // windows the open cell's marks are spread over
+	fenceKeys     int // keys per transaction of the PutFenced cell; 0 skips it
 }
 
 func parseFlags(args []string) (config, error) {
@@ -57,7 +64,12 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.tmp, "tmp", os.TempDir(), "directory for the stores (its disk is measured)")
 	fs.BoolVar(&c.quick, "quick", false, "smaller runs: the suite in under 2 minutes")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-	fs.BoolVar(&full, "full", false, "growth curve up to 10M live marks")
+	fs.BoolVar(&full, "full", false, "growth curve up to 10M live marks, and the open cell at 10M (-open-marks)")
+	fs.StringVar(&c.notes, "notes", "notes.txt", "file of `id: reason` lines printed under the missed targets they name")
+	fs.IntVar(&c.growthWindows, "growth-windows", 1, "windows the growth curve's marks are spread over (1: all in the window new marks land in)")
+	fs.IntVar(&c.openMarks, "open-marks", 0, "live marks of the open cell, loaded with DB.LoadMarks; 0 skips it (-full: 10000000)")
+	fs.IntVar(&c.openWindows, "open-windows", 1, "windows the open cell's marks are spread over")
+	fs.IntVar(&c.fenceKeys, "fence-keys", 2000, "keys per transaction of the PutFenced / Put cell; 0 skips it")
 	plateauFlags(fs, &c.plateau)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -87,6 +99,9 @@ func parseFlags(args []string) (config, error) {
 	if full && !set["growth"] {
 		growth += ",10000000"
 	}
+	if full && !set["open-marks"] {
+		c.openMarks = 10_000_000
+	}
 	for _, s := range strings.Split(growth, ",") {
 		var n int
 		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n <= 0 {
@@ -113,6 +128,13 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-dup: want 0 <= dup < 1, got %v", c.dupRatio)
 	case c.payload < 0 || c.response < 0:
 		return c, fmt.Errorf("-payload and -response must not be negative")
+	case c.openMarks < 0 || c.fenceKeys < 0:
+		return c, fmt.Errorf("-open-marks and -fence-keys must not be negative")
+	case c.growthWindows < 1 || c.openWindows < 1:
+		return c, fmt.Errorf("-growth-windows and -open-windows must be positive")
+	case time.Duration(max(c.growthWindows, c.openWindows)+1)*c.span > retention:
+		return c, fmt.Errorf("-growth-windows and -open-windows: %d windows of -span %v do not fit the retention of %v",
+			max(c.growthWindows, c.openWindows)+1, c.span, retention)
 	}
 	return c, nil
 }

@@ -17,6 +17,13 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "commitsplit" {
+		if err := commitSplitMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench commitsplit:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	switch {
 	case err != nil:

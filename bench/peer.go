@@ -53,6 +53,33 @@ type sizer interface {
 	diskBytes() (int64, error)
 }
 
+// commitCounter is implemented by the oncekv peers: their commit counters,
+// so that a cell can report requests and bytes written per commit.
+type commitCounter interface {
+	commitCounts() commitCounts
+}
+
+// commitCounts are a store's commit counters at one instant, or (after
+// sub) over one run.
+type commitCounts struct {
+	commits    uint64        // write transactions committed
+	took       time.Duration // their total time, fsync included
+	markTxs    uint64        // those that wrote marks
+	marks      uint64        // the marks they wrote
+	freelist   int           // bytes of the freelist bbolt writes with each commit (a gauge)
+	pageSize   int
+	liveMarks  uint64 // a gauge
+	windowsNow int    // live windows (a gauge)
+}
+
+func (a commitCounts) sub(b commitCounts) commitCounts {
+	a.commits -= b.commits
+	a.took -= b.took
+	a.markTxs -= b.markTxs
+	a.marks -= b.marks
+	return a
+}
+
 // storeConfig is what a peer is opened with.
 type storeConfig struct {
 	dir       string
@@ -61,6 +88,7 @@ type storeConfig struct {
 	span      time.Duration
 	retention time.Duration
 	pgDSN     string
+	now       func() time.Time // oncekv's clock; nil is time.Now
 }
 
 // peer names an implementation and opens a fresh store of it.

@@ -87,6 +87,7 @@ func openOncekv(bloom bool) func(c storeConfig) (store, error) {
 			WindowSpan:     c.span,
 			Retention:      c.retention,
 			ExpireInterval: -1, // nothing expires within a run
+			Now:            c.now,
 		}
 		if !bloom || !c.bloom {
 			o.BloomFalsePositiveRate = -1
@@ -97,6 +98,16 @@ func openOncekv(bloom bool) func(c storeConfig) (store, error) {
 		}
 		return &oncekvStore{db}, nil
 	}
+}
+
+// openOncekvDB opens the oncekv peer as the cells do, for the cells that
+// call oncekv's API beyond the protocol (LoadMarks, PutFenced).
+func openOncekvDB(c storeConfig) (*oncekv.DB, error) {
+	s, err := openOncekv(true)(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.(*oncekvStore).db, nil
 }
 
 // effect is the effect the protocol asks for: one 64-byte value write in a
@@ -158,3 +169,10 @@ func (s *oncekvStore) effectCount(key string) (n uint64, err error) {
 }
 
 func (s *oncekvStore) close() error { return s.db.Close() }
+
+func (s *oncekvStore) commitCounts() commitCounts {
+	st := s.db.Stats()
+	h := st.CommitHistograms
+	return commitCounts{commits: h.Count, took: h.DurationSum, markTxs: h.MarkCommits, marks: h.RequestSum,
+		freelist: st.File.FreelistBytes, pageSize: st.File.PageSize, liveMarks: st.LiveMarks, windowsNow: len(st.Windows)}
+}

@@ -97,11 +97,30 @@ func (st *suite) markdown() string {
 	b.WriteString("\nflushes/op and bytes written/op are from /proc/diskstats for the whole device, " +
 		"in the durable single-client unique cell; bytes/mark is the space the store takes after " +
 		strconv.Itoa(c.sizeKeys) + " keys (mark and effect row), over the key count.\n")
+	st.commitTable(&b)
 	if len(st.growth) > 0 {
-		b.WriteString("\n### oncekv against live marks\n\n| live marks | unique sync-off c1 | unique durable c1 | open time |\n|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "\n### oncekv against live marks\n\nOne store per size, loaded with ApplyBatch (sync off), %s; the runs taken in turns across the sizes. "+
+			"Per durable commit: pages this process wrote (bytes / page size: B-tree pages, freelist, meta) and the mean commit time; "+
+			"the freelist's bytes (bbolt writes it with every commit); the newest window (where every new mark lands) as raw bbolt reads it after the load.\n\n", st.growthWindows())
+		b.WriteString("| live marks | unique sync-off c1 | unique durable c1 | open time | pages / durable commit | ms / durable commit | freelist bytes | free pages | windows | root bucket pages | newest window: marks | depth | pages | effects depth |\n")
+		b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, g := range st.growth {
-			fmt.Fprintf(&b, "| %d | %s | %s | %v |\n", g.marks, num(g.opsPerSec), num(g.durable), g.open.Round(time.Microsecond))
+			d, t := g.durableCell, g.tree
+			fmt.Fprintf(&b, "| %d | %s | %s | %v | %s | %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", g.marks, num(g.opsPerSec), num(g.durable),
+				g.open.Round(time.Microsecond), num(d.pagesPerCommit), num(d.commitMillis), d.freelist, t.freePages,
+				t.windows, t.rootPages, t.newestKeys, t.newestDepth, t.newestPages, t.effectsDepth)
 		}
+	}
+	if o := st.open; o != nil {
+		fmt.Fprintf(&b, "\n### Open after a clean Close\n\n%d live marks in %d window(s), loaded with DB.LoadMarks (sync off) in %v; "+
+			"Close took %v; file %d MiB. Open, each after a clean Close: %v (median %v).\n",
+			o.marks, o.windows, o.load.Round(time.Millisecond), o.close.Round(time.Microsecond), o.fileBytes>>20,
+			roundAll(o.opens), o.median().Round(time.Microsecond))
+	}
+	if f := st.fence; f != nil {
+		fmt.Fprintf(&b, "\n### PutFenced\n\nOne transaction of %d new keys, sync off, commit included (median of %d each, taken alternately): "+
+			"Put %v, PutFenced %v: %.2fx.\n", f.keys, st.cfg.runs*fenceRunsPer, f.plain.Round(time.Microsecond), f.fenced.Round(time.Microsecond),
+			f.fenced.Seconds()/f.plain.Seconds())
 	}
 	b.WriteString("\n### Targets\n\n")
 	for _, t := range st.targets() {
@@ -112,6 +131,34 @@ func (st *suite) markdown() string {
 		fmt.Fprintf(&b, "- %s\n", m)
 	}
 	return b.String()
+}
+
+// commitTable is what oncekv's commits did in each of its cells: group
+// size, time and pages written, from its Stats and /proc/self/io.
+func (st *suite) commitTable(b *strings.Builder) {
+	var rows []string
+	for _, r := range st.results {
+		if r.peer != "oncekv" || r.requestsPerCommit == 0 {
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s | %d |", r.cell, num(r.requestsPerCommit), num(r.commitMillis),
+			num(r.pagesPerCommit), r.freelist))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\n### oncekv's commits\n\nFrom Stats.CommitHistograms over each run (median of the runs): marks per commit (the group size), " +
+		"mean commit time (write transaction start to fsync end), and pages this process wrote per commit (its bytes written / page size).\n\n" +
+		"| cell | requests / commit | ms / commit | pages / commit | freelist bytes |\n|---|---:|---:|---:|---:|\n")
+	b.WriteString(strings.Join(rows, "\n") + "\n")
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Microsecond)
+	}
+	return out
 }
 
 // writeCSV writes every measured run.
@@ -136,6 +183,21 @@ func (st *suite) writeCSV(path string) error {
 			strconv.FormatFloat(g.opsPerSec, 'f', 1, 64), "", "", "", "", ""})
 		_ = w.Write([]string{"oncekv-growth-" + strconv.Itoa(g.marks), kindUnique, "durable", "1", "1", "median", "", "",
 			strconv.FormatFloat(g.durable, 'f', 1, 64), "", "", "", "", ""})
+	}
+	if o := st.open; o != nil {
+		for i, d := range o.opens {
+			_ = w.Write([]string{"oncekv-open-" + strconv.Itoa(o.marks), "open", "", "", "", strconv.Itoa(i + 1), strconv.Itoa(o.marks),
+				strconv.FormatFloat(d.Seconds(), 'f', 6, 64), "", "", "", "", "", ""})
+		}
+	}
+	if f := st.fence; f != nil {
+		for _, x := range []struct {
+			kind string
+			d    time.Duration
+		}{{"put", f.plain}, {"putfenced", f.fenced}} {
+			_ = w.Write([]string{"oncekv", x.kind, "sync-off", "1", strconv.Itoa(f.keys), "median", strconv.Itoa(f.keys),
+				strconv.FormatFloat(x.d.Seconds(), 'f', 6, 64), strconv.FormatFloat(float64(f.keys)/x.d.Seconds(), 'f', 1, 64), "", "", "", "", ""})
+		}
 	}
 	for p, s := range st.sizes {
 		_ = w.Write([]string{p, "size", "", "", "", "", strconv.Itoa(st.cfg.sizeKeys), "", "", "", "", "", "", "bytes_per_mark=" + strconv.FormatFloat(s, 'f', 1, 64)})

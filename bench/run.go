@@ -51,6 +51,7 @@ type run struct {
 	elapsed  time.Duration
 	disk     diskCounters
 	proc     procIO
+	commit   commitCounts  // zero for a peer that is not a commitCounter
 	p50, p99 time.Duration // per call (a batch is one call)
 }
 
@@ -61,6 +62,22 @@ func (r run) flushesPerOp() float64 {
 func (r run) bytesPerOp() float64    { return float64(r.disk.sectorsWrite*512) / float64(r.ops) }
 func (r run) appBytesPerOp() float64 { return float64(r.proc.wchar) / float64(r.ops) }
 
+// The figures per commit, for a commitCounter; 0 when it committed nothing.
+func (r run) requestsPerCommit() float64 { return perCommit(float64(r.commit.marks), r.commit.markTxs) }
+func (r run) commitMillis() float64 {
+	return perCommit(float64(r.commit.took)/float64(time.Millisecond), r.commit.commits)
+}
+func (r run) pagesPerCommit() float64 {
+	return perCommit(float64(r.proc.wchar)/float64(max(r.commit.pageSize, 1)), r.commit.commits)
+}
+
+func perCommit(v float64, commits uint64) float64 {
+	if commits == 0 {
+		return 0
+	}
+	return v / float64(commits)
+}
+
 // result is a cell's median over its runs, each figure taken separately.
 type result struct {
 	cell
@@ -70,6 +87,11 @@ type result struct {
 	bytesPerOp   float64
 	appBytes     float64 // bytes this process wrote per op
 	p50, p99     time.Duration
+	// For a commitCounter (oncekv): marks per commit, mean commit time,
+	// and pages this process wrote per commit (its bytes written over the
+	// page size: data pages, freelist and meta).
+	requestsPerCommit, commitMillis, pagesPerCommit float64
+	freelist                                        int // bytes, after the last run
 }
 
 func median[T any](runs []run, f func(run) T, less func(a, b T) int) T {
@@ -101,6 +123,11 @@ func summarize(c cell, runs []run) result {
 		appBytes:     median(runs, run.appBytesPerOp, fl),
 		p50:          median(runs, func(r run) time.Duration { return r.p50 }, dl),
 		p99:          median(runs, func(r run) time.Duration { return r.p99 }, dl),
+
+		requestsPerCommit: median(runs, run.requestsPerCommit, fl),
+		commitMillis:      median(runs, run.commitMillis, fl),
+		pagesPerCommit:    median(runs, run.pagesPerCommit, fl),
+		freelist:          runs[len(runs)-1].commit.freelist,
 	}
 }
 
@@ -124,6 +151,9 @@ func fill(seed string, n int) []byte {
 	return b
 }
 
+// retention is the dedup window every store is opened with.
+const retention = 7 * 24 * time.Hour
+
 // bench holds what every cell needs.
 type bench struct {
 	cfg *config
@@ -136,7 +166,7 @@ func (b *bench) storeConfig(dir string, sync bool) storeConfig {
 		sync:      sync,
 		bloom:     b.cfg.bloom,
 		span:      b.cfg.span,
-		retention: 7 * 24 * time.Hour,
+		retention: retention,
 		pgDSN:     b.cfg.pgDSN,
 	}
 }
@@ -275,6 +305,11 @@ func (b *bench) execute(s store, c cell, reqs []request, wantDup []bool) (run, e
 		}
 		return nil
 	}
+	cc, _ := s.(commitCounter)
+	var beforeCommit commitCounts
+	if cc != nil {
+		beforeCommit = cc.commitCounts()
+	}
 	before, beforeIO := readDisk(b.dev), readProcIO()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -310,6 +345,10 @@ func (b *bench) execute(s store, c cell, reqs []request, wantDup []bool) (run, e
 	wg.Wait()
 	elapsed := time.Since(start)
 	disk, proc := readDisk(b.dev).sub(before), readProcIO().sub(beforeIO)
+	var commit commitCounts
+	if cc != nil {
+		commit = cc.commitCounts().sub(beforeCommit)
+	}
 	for _, err := range errs {
 		if err != nil {
 			return run{}, err
@@ -317,7 +356,7 @@ func (b *bench) execute(s store, c cell, reqs []request, wantDup []bool) (run, e
 	}
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	return run{cell: c, ops: len(reqs), elapsed: elapsed, disk: disk, proc: proc,
+	return run{cell: c, ops: len(reqs), elapsed: elapsed, disk: disk, proc: proc, commit: commit,
 		p50: all[len(all)/2], p99: all[len(all)*99/100]}, nil
 }
 

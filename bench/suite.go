@@ -16,6 +16,9 @@ type suite struct {
 	results []result
 	sizes   map[string]float64 // peer -> bytes on disk per mark
 	growth  []growthPoint
+	open    *openResult  // nil unless -open-marks (or -full)
+	fence   *fenceResult // nil with -fence-keys 0
+	notes   map[string]string
 	skipped []string // peers left out, with why
 	started time.Time
 }
@@ -42,6 +45,9 @@ func runSuite(cfg config) error {
 	}
 	b := &bench{cfg: &cfg, dev: dev}
 	st := &suite{cfg: &cfg, sizes: map[string]float64{}, started: time.Now()}
+	if st.notes, err = readNotes(cfg.notes); err != nil {
+		return err
+	}
 	st.machine = describeMachine(&cfg, dev)
 	var ps []*peer
 	for i := range allPeers {
@@ -72,6 +78,16 @@ func runSuite(cfg config) error {
 		if st.growth, err = b.growthCurve(); err != nil {
 			return err
 		}
+		if cfg.fenceKeys > 0 {
+			if st.fence, err = b.fenceCell(); err != nil {
+				return err
+			}
+		}
+		if cfg.openMarks > 0 {
+			if st.open, err = b.openCell(); err != nil {
+				return err
+			}
+		}
 	}
 	progress("done in %v", time.Since(st.started).Round(time.Second))
 	if !testing.Testing() {
@@ -90,6 +106,14 @@ func runSuite(cfg config) error {
 		return err
 	}
 	return st.plots(cfg.out)
+}
+
+// growthWindows says how the growth curve's marks were laid out.
+func (st *suite) growthWindows() string {
+	if w := st.cfg.growthWindows; w > 1 {
+		return fmt.Sprintf("marks spread over %d windows of %v", w, st.cfg.span)
+	}
+	return "every mark in the one window new marks land in"
 }
 
 // shapes lists the cells measured, each on every peer it applies to.
