@@ -264,9 +264,13 @@ type op struct {
 	counts lookupCounts
 
 	// wake carries true when the outcome is ready, false when the op's
-	// goroutine is promoted to lead the next group commit. Only ops of the
-	// group commit have one.
+	// goroutine is promoted to lead the next group commit. Only ops that
+	// queued in the group commit have one.
 	wake chan bool
+	// detached: the effect runs on a goroutine of its own, because the
+	// goroutine deciding o is not its caller's, or decides other callers'
+	// ops in the same transaction (see runEffect).
+	detached bool
 	// step, when not nil, makes o a claim's write (take, Extend, Complete,
 	// Fail) riding the group commit: decideOne runs it in place of Apply's
 	// logic (see decideStep).
@@ -624,11 +628,14 @@ type effectResult struct {
 // a panic there is the effect's caller's, recorded in o.panicVal and raised
 // again in its goroutine by finish, never taken for a fault of the store.
 //
-// The effect of an op of the group commit may belong to another caller
-// than the one leading the commit, so it runs on a goroutine of its own: a
-// runtime.Goexit in it ends that goroutine only, and is recorded in
-// o.goexit for finish to repeat in the caller's goroutine. An ApplyBatch
-// effect is the calling goroutine's own, and runs on it.
+// The effect of a detached op (one of several in a group commit) may
+// belong to another caller than the one leading the commit, so it runs on
+// a goroutine of its own: a runtime.Goexit in it ends that goroutine only,
+// and is recorded in o.goexit for finish to repeat in the caller's
+// goroutine. Any other effect is the deciding goroutine's own (an
+// ApplyBatch's, or a group leader's committing its op alone) and runs on
+// it: a runtime.Goexit there unwinds the transaction, rolling it back, and
+// ends the caller, who alone waited for it.
 func runEffect(tx *Tx, o *op) (r effectResult) {
 	o.hooks = nil // an earlier attempt's hooks were rolled back with it
 	if o.effect == nil {
@@ -636,7 +643,7 @@ func runEffect(tx *Tx, o *op) (r effectResult) {
 	}
 	tx.w.owner = o
 	defer func() { tx.w.owner = nil }()
-	if o.wake == nil {
+	if !o.detached {
 		callEffect(tx, o, &r)
 		return r
 	}
