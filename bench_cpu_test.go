@@ -1,0 +1,96 @@
+package oncekv_test
+
+import (
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv"
+)
+
+// BenchmarkUniqueApplyPagesVsBbolt, sync off: what one commit of a unique
+// Apply makes bbolt do (pages written, nodes spilled, splits), against bare
+// bbolt's Update writing the same value, so that the structural part of the
+// CPU ratio of BenchmarkUniqueApplyVsBbolt (the mark is a second B-tree
+// insert) is told apart from oncekv's own. Times as in pair.
+func BenchmarkUniqueApplyPagesVsBbolt(b *testing.B) {
+	raw, db := openBolt(b, true), openBench(b, true)
+	bBefore, oBefore := raw.Stats().TxStats, oncekv.BoltTxStats(db)
+	pair(b, 1, "bbolt", func(i uint64) { boltPuts(b, raw, benchKey(i), false) },
+		"oncekv", func(i uint64) { applyUnique(b, db, i) })
+	bs, os := raw.Stats().TxStats, oncekv.BoltTxStats(db)
+	bs, os = bs.Sub(&bBefore), os.Sub(&oBefore)
+	n := float64(b.N)
+	for _, m := range []struct {
+		name     string
+		raw, our int64
+	}{
+		{"pages-written", bs.GetWrite(), os.GetWrite()},
+		{"nodes-spilled", bs.GetSpill(), os.GetSpill()},
+		{"nodes-read", bs.GetNodeCount(), os.GetNodeCount()},
+		{"pages-allocated", bs.GetPageCount(), os.GetPageCount()},
+		{"splits", bs.GetSplit(), os.GetSplit()},
+	} {
+		b.ReportMetric(float64(m.raw)/n, "bbolt-"+m.name+"/op")
+		b.ReportMetric(float64(m.our)/n, "oncekv-"+m.name+"/op")
+	}
+}
+
+// BenchmarkUniqueApplyNoSync times unique Apply calls alone, sync off, one
+// caller: the path whose CPU BenchmarkUniqueApplyVsBbolt compares with bare
+// bbolt's, here without the baseline, for a profile of oncekv's share and
+// its allocations per call.
+func BenchmarkUniqueApplyNoSync(b *testing.B) {
+	db := openBench(b, true)
+	b.ReportAllocs()
+	var i uint64
+	for b.Loop() {
+		i++
+		applyUnique(b, db, i)
+	}
+}
+
+// boltPuts writes key's 64-byte value in bare bbolt in one Update, and with
+// mark also a mark-sized value under the same key in a second top-level
+// bucket, as oncekv lays out a user bucket and a window of marks.
+func boltPuts(b *testing.B, raw *bolt.DB, key []byte, mark bool) {
+	err := raw.Update(func(tx *bolt.Tx) error {
+		bk, err := tx.CreateBucketIfNotExists([]byte("bench"))
+		if err == nil {
+			err = bk.Put(key, benchValue)
+		}
+		if err != nil || !mark {
+			return err
+		}
+		if bk, err = tx.CreateBucketIfNotExists([]byte("marks")); err != nil {
+			return err
+		}
+		return bk.Put(key, benchMark)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchMark is the size of a DONE mark with a 2-byte response today (74
+// bytes in format version 2).
+var benchMark = make([]byte, 74)
+
+// BenchmarkBboltTwoPutsVsOne, sync off: the structural part of a unique
+// Apply's cost, what bare bbolt pays for a second insert (a mark-sized value
+// in a second bucket) in the same Update, against the one insert of
+// BenchmarkUniqueApplyVsBbolt's baseline.
+func BenchmarkBboltTwoPutsVsOne(b *testing.B) {
+	one, two := openBolt(b, true), openBolt(b, true)
+	pair(b, 1, "one-put", func(i uint64) { boltPuts(b, one, benchKey(i), false) },
+		"two-puts", func(i uint64) { boltPuts(b, two, benchKey(i), true) })
+}
+
+// BenchmarkUniqueApplyVsBboltTwoPuts, sync off: a unique Apply against bare
+// bbolt doing the same two inserts in one Update; the ratio is oncekv's own
+// share (hashing, encoding, filters, group commit, bookkeeping).
+func BenchmarkUniqueApplyVsBboltTwoPuts(b *testing.B) {
+	raw, db := openBolt(b, true), openBench(b, true)
+	pair(b, 1, "bbolt-two-puts", func(i uint64) { boltPuts(b, raw, benchKey(i), true) },
+		"oncekv", func(i uint64) { applyUnique(b, db, i) })
+}
