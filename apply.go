@@ -636,17 +636,24 @@ type effectResult struct {
 // ApplyBatch's, or a group leader's committing its op alone) and runs on
 // it: a runtime.Goexit there unwinds the transaction, rolling it back, and
 // ends the caller, who alone waited for it.
-func runEffect(tx *Tx, o *op) (r effectResult) {
+func runEffect(tx *Tx, o *op) effectResult {
 	o.hooks = nil // an earlier attempt's hooks were rolled back with it
 	if o.effect == nil {
-		return r
+		return effectResult{}
 	}
 	tx.w.owner = o
 	defer func() { tx.w.owner = nil }()
-	if !o.detached {
-		callEffect(tx, o, &r)
-		return r
+	if o.detached {
+		return runDetached(tx, o)
 	}
+	var r effectResult // on the stack: only runDetached's escapes
+	callEffect(tx, o, &r)
+	return r
+}
+
+// runDetached is runEffect's call of a detached op's effect, on a
+// goroutine of its own.
+func runDetached(tx *Tx, o *op) (r effectResult) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
