@@ -91,8 +91,9 @@ type Result struct {
 // to do about each.
 //
 // Concurrent Apply calls share commits (group commit), so durable throughput
-// is not one fsync per call. The effect runs on a goroutine of oncekv's, not
-// the caller's, since the commit that runs it may be led by another caller.
+// is not one fsync per call. When its commit is shared, the effect runs on a
+// goroutine of oncekv's, not the caller's, since that commit may be led by
+// another caller; a call that commits alone runs it on its own goroutine.
 // The price, as with bbolt's Batch: when another call's effect in the same
 // commit fails, the transaction rolls back, and the effects that ran before
 // the failure run once more in a fresh transaction that commits without
@@ -267,8 +268,8 @@ type op struct {
 	// goroutine is promoted to lead the next group commit. Only ops that
 	// queued in the group commit have one.
 	wake chan bool
-	// detached: the effect runs on a goroutine of its own, because the
-	// goroutine deciding o is not its caller's, or decides other callers'
+	// detached: the effect runs on another goroutine than the one deciding
+	// o, because that one is not o's caller's, or decides other callers'
 	// ops in the same transaction (see runEffect).
 	detached bool
 	// step, when not nil, makes o a claim's write (take, Extend, Complete,

@@ -1,6 +1,8 @@
 package oncekv_test
 
 import (
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -136,4 +138,35 @@ func BenchmarkUniqueApplyCPUVsBbolt(b *testing.B) {
 	b.ReportMetric(float64(tOurs)/float64(tOne), "ratio")
 	b.ReportMetric(float64(tOurs)/float64(tTwo), "ratio-two-puts")
 	b.ReportMetric(float64(tTwo)/float64(tOne), "ratio-structural")
+}
+
+// BenchmarkConcurrentApply8NoSync, sync off: eight goroutines applying new
+// keys at once, in process CPU time per call, with the calls per commit
+// that group commit reached: the cost of the group hand-off and of running
+// each effect of a shared commit on a goroutine of its own.
+func BenchmarkConcurrentApply8NoSync(b *testing.B) {
+	const per = 8
+	db := openBench(b, true)
+	var next atomic.Uint64
+	commits := db.Stats().Commits
+	var cpu time.Duration
+	for b.Loop() {
+		t0 := cpuTime(b)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range per {
+					if err := tryApplyUnique(db, next.Add(1)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		cpu += cpuTime(b) - t0
+	}
+	calls := float64(b.N * 8 * per)
+	b.ReportMetric(float64(cpu.Nanoseconds())/calls, "cpu-ns/call")
+	b.ReportMetric(calls/float64(db.Stats().Commits-commits), "calls/commit")
 }
