@@ -648,6 +648,14 @@ func runEffect(tx *Tx, o *op) effectResult {
 		return runDetached(tx, o)
 	}
 	var r effectResult // on the stack: only runDetached's escapes
+	defer func() {
+		if o.goexit && o.step == nil {
+			// runtime.Goexit is ending this goroutine, the caller's, before
+			// finish could count the request: count it as decideOne would
+			// have for a detached effect.
+			tx.w.db.stats.count(o.req.Handler, outcomeEffectError)
+		}
+	}()
 	callEffect(tx, o, &r)
 	return r
 }

@@ -47,3 +47,24 @@ func TestLoneApplyRunsItsEffectOnTheCallersGoroutine(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, onCaller, "Complete's effect ran on another goroutine than its caller's")
 }
+
+// TestLoneApplyGoexitCountsAsEffectError: on the fast path, an effect that
+// calls runtime.Goexit ends its caller's goroutine there and then, and the
+// request still counts in Stats.EffectErrors, as it does when its commit
+// is shared.
+func TestLoneApplyGoexitCountsAsEffectError(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	returned, p, hung := within(t, "Apply", func() {
+		_, _ = db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "k"}, func(*oncekv.Tx) ([]byte, error) {
+			runtime.Goexit()
+			return nil, nil
+		})
+	})
+	require.False(t, hung)
+	require.False(t, returned, "the caller's goroutine exits")
+	require.Nil(t, p)
+	st := db.Stats()
+	require.Equal(t, uint64(1), st.Total.EffectErrors)
+	require.Equal(t, uint64(1), st.Handlers["h"].EffectErrors)
+	require.Zero(t, st.Total.Applied)
+}
