@@ -2,6 +2,7 @@ package oncekv_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -67,4 +68,35 @@ func TestLoneApplyGoexitCountsAsEffectError(t *testing.T) {
 	require.Equal(t, uint64(1), st.Total.EffectErrors)
 	require.Equal(t, uint64(1), st.Handlers["h"].EffectErrors)
 	require.Zero(t, st.Total.Applied)
+}
+
+// TestApplyBatchRepeatsAKeyAfterManyMarks: a key that comes again later in
+// the same ApplyBatch is a duplicate, whether the transaction has written
+// a few marks before it (looked up one by one) or many (looked up by hash):
+// its effect runs once and the repeat gets the first response back.
+func TestApplyBatchRepeatsAKeyAfterManyMarks(t *testing.T) {
+	for _, n := range []int{3, 40} {
+		t.Run(fmt.Sprint(n, " keys"), func(t *testing.T) {
+			db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+			var reqs []oncekv.Request
+			for i := range n {
+				reqs = append(reqs, oncekv.Request{Handler: "h", Key: fmt.Sprint("k", i)})
+			}
+			reqs = append(reqs, reqs[1], reqs[n-1])
+			runs := map[string]int{}
+			res, err := db.ApplyBatch(context.Background(), reqs, func(_ *oncekv.Tx, i int) ([]byte, error) {
+				runs[reqs[i].Key]++
+				return []byte(reqs[i].Key), nil
+			})
+			require.NoError(t, err)
+			for i, r := range res {
+				require.NoError(t, r.Err)
+				require.Equal(t, []byte(reqs[i].Key), r.Response)
+				require.Equal(t, i >= n, r.Duplicate, "request %d", i)
+			}
+			for _, req := range reqs {
+				require.Equal(t, 1, runs[req.Key], "effect runs of %s", req.Key)
+			}
+		})
+	}
 }
