@@ -91,8 +91,9 @@ type Result struct {
 // to do about each.
 //
 // Concurrent Apply calls share commits (group commit), so durable throughput
-// is not one fsync per call. The effect runs on a goroutine of oncekv's, not
-// the caller's, since the commit that runs it may be led by another caller.
+// is not one fsync per call. When its commit is shared, the effect runs on a
+// goroutine of oncekv's, not the caller's, since that commit may be led by
+// another caller; a call that commits alone runs it on its own goroutine.
 // The price, as with bbolt's Batch: when another call's effect in the same
 // commit fails, the transaction rolls back, and the effects that ran before
 // the failure run once more in a fresh transaction that commits without
@@ -264,9 +265,13 @@ type op struct {
 	counts lookupCounts
 
 	// wake carries true when the outcome is ready, false when the op's
-	// goroutine is promoted to lead the next group commit. Only ops of the
-	// group commit have one.
+	// goroutine is promoted to lead the next group commit. Only ops that
+	// queued in the group commit have one.
 	wake chan bool
+	// detached: the effect runs on another goroutine than the one deciding
+	// o, because that one is not o's caller's, or decides other callers'
+	// ops in the same transaction (see runEffect).
+	detached bool
 	// step, when not nil, makes o a claim's write (take, Extend, Complete,
 	// Fail) riding the group commit: decideOne runs it in place of Apply's
 	// logic (see decideStep).
@@ -624,22 +629,40 @@ type effectResult struct {
 // a panic there is the effect's caller's, recorded in o.panicVal and raised
 // again in its goroutine by finish, never taken for a fault of the store.
 //
-// The effect of an op of the group commit may belong to another caller
-// than the one leading the commit, so it runs on a goroutine of its own: a
-// runtime.Goexit in it ends that goroutine only, and is recorded in
-// o.goexit for finish to repeat in the caller's goroutine. An ApplyBatch
-// effect is the calling goroutine's own, and runs on it.
-func runEffect(tx *Tx, o *op) (r effectResult) {
+// The effect of a detached op (one of several in a group commit) may
+// belong to another caller than the one leading the commit, so it runs on
+// a goroutine of its own: a runtime.Goexit in it ends that goroutine only,
+// and is recorded in o.goexit for finish to repeat in the caller's
+// goroutine. Any other effect is the deciding goroutine's own (an
+// ApplyBatch's, or a group leader's committing its op alone) and runs on
+// it: a runtime.Goexit there unwinds the transaction, rolling it back, and
+// ends the caller, who alone waited for it.
+func runEffect(tx *Tx, o *op) effectResult {
 	o.hooks = nil // an earlier attempt's hooks were rolled back with it
 	if o.effect == nil {
-		return r
+		return effectResult{}
 	}
 	tx.w.owner = o
 	defer func() { tx.w.owner = nil }()
-	if o.wake == nil {
-		callEffect(tx, o, &r)
-		return r
+	if o.detached {
+		return runDetached(tx, o)
 	}
+	var r effectResult // on the stack: only runDetached's escapes
+	defer func() {
+		if o.goexit && o.step == nil {
+			// runtime.Goexit is ending this goroutine, the caller's, before
+			// finish could count the request: count it as decideOne would
+			// have for a detached effect.
+			tx.w.db.stats.count(o.req.Handler, outcomeEffectError)
+		}
+	}()
+	callEffect(tx, o, &r)
+	return r
+}
+
+// runDetached is runEffect's call of a detached op's effect, on a
+// goroutine of its own.
+func runDetached(tx *Tx, o *op) (r effectResult) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

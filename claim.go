@@ -477,8 +477,8 @@ func (c *Claim) failLocked(ctx context.Context, cause error) error {
 type effectError struct{ err error }
 
 // stepEffect runs o's effect, if any, in w (see runEffect: on a goroutine
-// of its own, its panic or Goexit recorded in o, its OnCommit hooks in
-// o.hooks).
+// of its own when o shares its commit, its panic or Goexit recorded in o,
+// its OnCommit hooks in o.hooks).
 func (db *DB) stepEffect(w *writeTx, o *op) error {
 	if o.effect == nil {
 		return nil

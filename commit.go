@@ -76,12 +76,14 @@ func (g *group) init(env groupEnv, maxSize int) {
 // submit runs o through the group commit and returns once o is settled:
 // committed, failed, or given up because o.ctx ended while it waited.
 func (g *group) submit(o *op) {
-	o.wake = make(chan bool, 1)
 	g.mu.Lock()
 	// A new leader was likely in the last batch, and the rest of that batch
 	// is returning.
 	want := g.mu.last
 	if g.mu.leading {
+		// Only a queued op is ever woken; a caller that leads at once
+		// (the lone caller's fast path) makes no channel.
+		o.wake = make(chan bool, 1)
 		g.mu.queue = append(g.mu.queue, o)
 		g.arrived.Broadcast()
 		g.mu.Unlock()
@@ -153,6 +155,8 @@ func (g *group) gatherLocked(want int) {
 // is gone.
 func (g *group) lead(o *op) {
 	batch := g.batch[:0]
+	committed := false
+	var took time.Duration
 	defer func() {
 		for _, b := range batch {
 			if b == o {
@@ -167,6 +171,9 @@ func (g *group) lead(o *op) {
 		clear(batch)
 		g.batch = batch[:0]
 		g.mu.Lock()
+		if committed {
+			g.mu.last, g.mu.lastTook = len(batch), took
+		}
 		g.handOffLocked()
 		g.mu.Unlock()
 	}()
@@ -182,14 +189,17 @@ func (g *group) lead(o *op) {
 	batch = append(batch, g.mu.queue[:n]...)
 	g.mu.queue = slices.Delete(g.mu.queue, 0, n) // zeroes the slots it vacates
 	g.mu.Unlock()
+	// A commit of the leader's op alone runs its effect on this goroutine,
+	// the op's own caller's: a runtime.Goexit in it ends only that caller,
+	// whom nobody else waits for (see runEffect). With others in the batch,
+	// every effect gets a goroutine of its own.
+	for _, b := range batch {
+		b.detached = len(batch) > 1
+	}
 
 	began := time.Now()
 	g.env.commit(batch)
-	took := time.Since(began)
-
-	g.mu.Lock()
-	g.mu.last, g.mu.lastTook = len(batch), took
-	g.mu.Unlock()
+	took, committed = time.Since(began), true
 }
 
 // handOffLocked promotes the first queued caller to lead the next commit,

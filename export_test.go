@@ -1,5 +1,7 @@
 package oncekv
 
+import bolt "go.etcd.io/bbolt"
+
 // SetFilterHook lets the external tests play the adversary with the Bloom
 // filters: hook sees every answer ("maybe" or "definitely not") and returns
 // the one the store acts on. A hook must never turn "maybe" into "no"; that
@@ -59,3 +61,8 @@ func PagesWritten(db *DB) int64 {
 // FiltersRebuiltAtOpen returns how many windows' Bloom filters Open rebuilt
 // by reading every key of the window, rather than loading a persisted one.
 func FiltersRebuiltAtOpen(db *DB) int { return db.opened.rebuilt }
+
+// BoltTxStats returns bbolt's transaction counters of db since Open (pages
+// written, nodes spilled and split...), for the benchmarks that compare what
+// a commit does with bare bbolt's.
+func BoltTxStats(db *DB) bolt.TxStats { return db.bolt.Stats().TxStats }

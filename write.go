@@ -25,7 +25,8 @@ type writeTx struct {
 	now time.Time // one reading of the monotonic clock for the whole transaction
 	// marked lists the marks written, in order.
 	marked []markedKey
-	// written holds the hashes of the keys in marked, for findMark.
+	// written holds the hashes of the keys in marked, for findMark, once
+	// there are more than scanMarked of them; wrote scans fewer.
 	written map[uint64]struct{}
 	// opened lists windows this transaction created.
 	opened map[int64]bool
@@ -40,7 +41,15 @@ type writeTx struct {
 	// effect is running, which gets its own (see Tx.OnCommit).
 	hooks []func()
 	owner *op
+	// txv and markedBuf are tx and the start of marked, allocated with w,
+	// so that a commit of one request allocates neither on its own.
+	txv       Tx
+	markedBuf [1]markedKey
 }
+
+// scanMarked is the most marks of a transaction that wrote looks through
+// one by one; past it, they are indexed by hash in writeTx.written.
+const scanMarked = 8
 
 // lookupCounts are the counters a transaction moves: refused fenced writes
 // and Bloom filter answers. They are published once per decision, never
@@ -148,8 +157,9 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	err := db.guard(func() error {
 		return db.bolt.Update(func(btx *bolt.Tx) error {
 			txid = btx.ID()
-			w = &writeTx{db: db, btx: btx, tx: newTx(btx), now: db.clock.read()}
-			w.tx.w = w
+			w = &writeTx{db: db, btx: btx, now: db.clock.read()}
+			w.txv.btx, w.txv.w = btx, w
+			w.tx, w.marked = &w.txv, w.markedBuf[:0]
 			db.current = w
 			defer func() {
 				db.current = nil
@@ -268,10 +278,17 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *layout.Mark) error {
 	}
 	h := bloom.Sum64(mkey)
 	w.marked = append(w.marked, markedKey{window: window, mkey: mkey, hash: h, fresh: fresh})
-	if w.written == nil {
-		w.written = map[uint64]struct{}{}
+	switch {
+	case w.written != nil:
+		w.written[h] = struct{}{}
+	case len(w.marked) > scanMarked:
+		w.written = make(map[uint64]struct{}, 2*len(w.marked))
+		for _, m := range w.marked {
+			if !m.removed {
+				w.written[m.hash] = struct{}{}
+			}
+		}
 	}
-	w.written[h] = struct{}{}
 	return nil
 }
 
@@ -304,9 +321,18 @@ func (db *DB) unlearnLocked(windows []int64) {
 
 // wrote reports whether this transaction may have written a mark for mkey.
 func (w *writeTx) wrote(mkey []byte) bool {
-	if len(w.written) == 0 {
+	if len(w.marked) == 0 {
 		return false
 	}
-	_, ok := w.written[bloom.Sum64(mkey)]
-	return ok
+	h := bloom.Sum64(mkey)
+	if w.written != nil {
+		_, ok := w.written[h]
+		return ok
+	}
+	for _, m := range w.marked {
+		if m.hash == h && !m.removed {
+			return true
+		}
+	}
+	return false
 }
