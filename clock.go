@@ -56,6 +56,10 @@ func (c *monotonicClock) read() time.Time {
 	return t
 }
 
+// last returns the store's time as of its latest reading (or what the
+// file proved at Open, see atLeast), without reading the clock again.
+func (c *monotonicClock) last() time.Time { return time.Unix(0, c.high.Load()) }
+
 // readRaw is read that also returns the raw reading it was made from.
 func (c *monotonicClock) readRaw() (store, raw time.Time) {
 	raw = c.now()

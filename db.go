@@ -33,6 +33,10 @@ type DB struct {
 	bolt   *bolt.DB
 
 	life lifecycle
+	// closing is set by Close, once every call has ended, before its own
+	// write: that transaction runs at the clock's last reading instead of
+	// reading it again (see monotonicClock.last).
+	closing bool
 
 	// writeMu is held around every write transaction. bbolt serialises
 	// writers anyway, so it costs no throughput; holding it ourselves means
@@ -367,6 +371,10 @@ func (db *DB) Close() error {
 	// next Open rebuilds them; the clock is tried again on its own, being
 	// a few bytes where a filter may be megabytes.
 	if save, ok := db.closeNeedsSave(); ok {
+		// Close saves the latest reading the store took, and takes no
+		// new one: what the next Open resumes from is what this store
+		// acted on, whether or not Close had filters to write too.
+		db.closing = true
 		err := db.write(func(w *writeTx) error { return save.writeLocked(db, w) })
 		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0) {
 			db.log.Warn("closing without saving the Bloom filters", "path", db.path, "err", err)

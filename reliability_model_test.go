@@ -501,13 +501,11 @@ func (m *storeModel) reopen(rt *rapid.T) {
 		require.ErrorIs(rt, c.c.Extend(context.Background(), time.Minute), oncekv.ErrClosed)
 	}
 	m.claims = nil
-	// Close saves the store's clock reading when it is past what the file
-	// holds (it reads the clock once more), and Open resumes from it: a
-	// clock that stepped back before the restart does not step the store
-	// back, so no expired lease comes back to life.
-	if m.high > m.saved {
-		m.saved = m.now()
-	}
+	// Close saves the store's latest clock reading when it is past what
+	// the file holds (without reading the clock again), and Open resumes
+	// from it: a clock that stepped back before the restart does not step
+	// the store back, so no expired lease comes back to life.
+	m.saved = max(m.saved, m.high)
 	for _, mk := range m.marks {
 		if mk.state == mClaimed {
 			mk.leaseUntil = math.MinInt64

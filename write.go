@@ -157,7 +157,11 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	err := db.guard(func() error {
 		return db.bolt.Update(func(btx *bolt.Tx) error {
 			txid = btx.ID()
-			w = &writeTx{db: db, btx: btx, now: db.clock.read()}
+			now := db.clock.last()
+			if !db.closing {
+				now = db.clock.read()
+			}
+			w = &writeTx{db: db, btx: btx, now: now}
 			w.txv.btx, w.txv.w = btx, w
 			w.tx, w.marked = &w.txv, w.markedBuf[:0]
 			db.current = w
