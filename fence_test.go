@@ -3,8 +3,11 @@ package oncekv_test
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -603,6 +606,54 @@ func TestFenceRecordCorrupt(t *testing.T) {
 	n, err := db.NextFence("other")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), n)
+}
+
+// TestFenceRecordsWrittenBeforeStillWork: a store whose fence record and
+// token counter hold the bytes the msgpack-encoder build wrote (printed by
+// that build) keeps every promise on them after the codec was written by
+// hand: the fence refuses a stale writer, the version moves on, the
+// counter issues the next token.
+func TestFenceRecordsWrittenBeforeStillWork(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	require.NoError(t, putFenced(db, "k", []byte("v"), 1))
+	_, err = db.NextFence("res")
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	// Fence 5, version 7, as the old build encoded it; the counter of
+	// "res" at 3, in the same envelope (version 1, [uint64], CRC-32C).
+	oldRecord, err := hex.DecodeString("0192cf0000000000000005cf00000000000000071527d2d1")
+	require.NoError(t, err)
+	oldCounter := binary.BigEndian.AppendUint64([]byte{1, 0x91, 0xcf}, 3)
+	oldCounter = binary.LittleEndian.AppendUint32(oldCounter, crc32.Checksum(oldCounter, crc32.MakeTable(crc32.Castagnoli)))
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		fences := tx.Bucket(layout.FencesRoot)
+		if err := fences.Bucket(append([]byte("k"), registers...)).Put([]byte("k"), oldRecord); err != nil {
+			return err
+		}
+		return fences.Put([]byte("tres"), oldCounter)
+	}))
+	require.NoError(t, b.Close())
+
+	db, err = oncekv.Open(path, &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	require.Equal(t, register{value: "v", exists: true, fence: 5, version: 7}, readRegister(t, db, "k"))
+	var fe *oncekv.FenceError
+	require.ErrorAs(t, putFenced(db, "k", []byte("stale"), 5), &fe)
+	require.Equal(t, uint64(5), fe.Stored)
+	require.NoError(t, putFenced(db, "k", []byte("new"), 6))
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.Put([]byte("k"), []byte("plain")) }))
+	require.Equal(t, register{value: "plain", exists: true, fence: 6, version: 9}, readRegister(t, db, "k"))
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte("k"), []byte("cas"), 9) }))
+	require.Equal(t, register{value: "cas", exists: true, fence: 6, version: 10}, readRegister(t, db, "k"))
+	n, err := db.NextFence("res")
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), n)
 }
 
 // BenchmarkPutFencedVsPut: a fenced write against a plain one, timed
