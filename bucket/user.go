@@ -167,8 +167,9 @@ func (b *Bucket) Writable() bool { return !b.life.Ended() && b.b.Writable() }
 // transaction has ended. The value is valid only until the transaction ends;
 // copy it to keep it.
 //
-// A value whose header is damaged reads as absent; every write of its key
-// reports ErrCorrupt, if the bucket has fences.
+// A value whose header is damaged reads as absent; once any key of the
+// bucket has a fence or a version, every write of that key reports
+// ErrCorrupt.
 func (b *Bucket) Get(key []byte) []byte {
 	if b.life.Ended() || len(key) == 0 {
 		return nil
@@ -536,6 +537,11 @@ type Cursor struct {
 	b    *Bucket
 	life *base.Life
 	key  []byte // the key under the cursor, as the last move returned it
+	// parked is set after a Delete in a headered bucket left the cursor
+	// on the next entry, which the caller has not seen: Next returns it
+	// instead of moving past it. next is that entry, nil past the end.
+	parked    bool
+	next, val []byte
 }
 
 // First moves to the first key and returns it, or nil keys when empty.
@@ -545,7 +551,12 @@ func (c *Cursor) First() (key, value []byte) { return c.step(c.c.First, c.c.Next
 func (c *Cursor) Last() (key, value []byte) { return c.step(c.c.Last, c.c.Prev) }
 
 // Next moves to the next key; nil when past the end.
-func (c *Cursor) Next() (key, value []byte) { return c.step(c.c.Next, c.c.Next) }
+func (c *Cursor) Next() (key, value []byte) {
+	if c.parked {
+		return c.step(func() ([]byte, []byte) { return c.next, c.val }, c.c.Next)
+	}
+	return c.step(c.c.Next, c.c.Next)
+}
 
 // Prev moves to the previous key; nil when before the start.
 func (c *Cursor) Prev() (key, value []byte) { return c.step(c.c.Prev, c.c.Prev) }
@@ -558,7 +569,10 @@ func (c *Cursor) Seek(seek []byte) (key, value []byte) {
 // Delete removes the key under the cursor: the one the last move returned.
 // With no key under it (before the first move, past the end, or right
 // after a Delete) it does nothing. Like Bucket.Delete, it keeps the key's
-// fence and moves its version on.
+// fence and moves its version on. In a bucket created by this version, the
+// next Next returns the key after the deleted one, so a loop that deletes
+// as it moves forwards visits every key; buckets created before keep
+// bbolt's cursor, which may skip that key.
 func (c *Cursor) Delete() error {
 	switch {
 	case c.life.Ended():
@@ -578,28 +592,19 @@ func (c *Cursor) Delete() error {
 	return base.MapBoltErr(c.c.Delete())
 }
 
-// deleteHeadered is Delete in a headered bucket.
+// deleteHeadered is Delete in a headered bucket. It deletes through the
+// bucket, as a key that keeps its fence is rewritten as a tombstone, not
+// deleted, and then puts the cursor back: on the tombstone, which the next
+// move skips, or parked on the entry after the deleted key. So a loop
+// that deletes as it moves forwards visits every key.
 func (c *Cursor) deleteHeadered() error {
 	key := c.key
 	c.key = nil
-	e, raw, err := fences.Entry{}, []byte(nil), error(nil)
-	if c.b.hasRecords() {
-		e, raw, err = c.b.entry(key)
+	err := c.b.deleteHeadered(key)
+	if k, v := c.c.Seek(key); !bytes.Equal(k, key) {
+		c.parked, c.next, c.val = true, k, v
 	}
-	switch {
-	case err != nil:
-		return c.b.wrap("delete", key, err)
-	case raw == nil || !e.HasRecord:
-		return base.MapBoltErr(c.c.Delete()) // bbolt now points at the next key, which the caller has not seen
-	}
-	r, err := fences.Counted(e.Record)
-	if err == nil {
-		err = c.b.b.Put(key, fences.AppendGone(nil, r))
-	}
-	// The write changed the pages under the cursor: put it back on the
-	// key's tombstone, which the next move skips.
-	c.c.Seek(key)
-	return c.b.wrap("delete", key, err)
+	return err
 }
 
 // step makes move, then, in a headered bucket, goes on with then past the
@@ -610,6 +615,7 @@ func (c *Cursor) step(move, then func() ([]byte, []byte)) ([]byte, []byte) {
 	if c.life.Ended() {
 		return nil, nil
 	}
+	c.parked = false
 	k, v := move()
 	if c.b.headered() {
 		for ; k != nil; k, v = then() {
