@@ -33,11 +33,11 @@ func init() {
 // a writable transaction.
 //
 // On top of them, a key may carry a fence and a version (see PutFenced and
-// PutIfVersion), where no user call can reach them: in a header in front
-// of the value in buckets created by this version, so that a fenced write
-// reads and writes one B-tree, and in the system bucket of fences in
-// buckets created before (or created again after a delete that left
-// fences there), which keep that layout.
+// PutIfVersion), where no user call can reach them. A bucket created now
+// keeps them in a header in front of the value, which no read returns, so
+// that a fenced write reads and writes one B-tree; a bucket created before
+// fence headers existed (or created again after a delete that left its
+// keys' fences behind) keeps them in the system bucket of fences.
 type Bucket struct {
 	b    *bolt.Bucket
 	name []byte
@@ -569,8 +569,8 @@ func (c *Cursor) Seek(seek []byte) (key, value []byte) {
 // Delete removes the key under the cursor: the one the last move returned.
 // With no key under it (before the first move, past the end, or right
 // after a Delete) it does nothing. Like Bucket.Delete, it keeps the key's
-// fence and moves its version on. In a bucket created by this version, the
-// next Next returns the key after the deleted one, so a loop that deletes
+// fence and moves its version on. In a bucket with fence headers (see
+// Bucket) the next Next returns the key after the deleted one, so a loop that deletes
 // as it moves forwards visits every key; buckets created before keep
 // bbolt's cursor, which may skip that key.
 func (c *Cursor) Delete() error {

@@ -1,6 +1,9 @@
-// Package fences stores oncekv's ordering state inside the system bucket of
-// fences: the fencing-token counters, and the fence and version of every
-// user key written with one. The public vocabulary (the errors and error
+// Package fences stores oncekv's ordering state: the fencing-token
+// counters, in the system bucket of fences, and the fence and version of
+// every user key written with one, in a header in front of the key's value
+// (Entry, for user buckets created since headers exist) or in the system
+// bucket of fences (Keys, for user buckets created before, and for the
+// keys of a deleted user bucket). The public vocabulary (the errors and error
 // types) is package fence; this package is the storage behind it, which
 // only oncekv may call.
 //
