@@ -174,7 +174,8 @@ func TestFenceHeadersSurviveReopen(t *testing.T) {
 
 // TestDamagedFenceHeaderStopsForEach: ForEach over a bucket whose header
 // of a key is damaged reports ErrCorrupt naming the key, never a value with
-// a piece of header in it; a cursor passes over the key.
+// a piece of header in it; a cursor passes over the key; DB.Check reports
+// it.
 func TestDamagedFenceHeaderStopsForEach(t *testing.T) {
 	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
 	require.NoError(t, putFenced(db, "a", []byte("1"), 1))
@@ -206,4 +207,11 @@ func TestDamagedFenceHeaderStopsForEach(t *testing.T) {
 		require.Nil(t, bk.Get([]byte("a")))
 		return nil
 	}))
+	var problems []error
+	require.NoError(t, db.Check(func(p error) error { problems = append(problems, p); return nil }))
+	require.Len(t, problems, 1, "the store check decodes fence headers too")
+	var re *oncekv.RecordError
+	require.ErrorAs(t, problems[0], &re)
+	require.Equal(t, "u/registers", re.Bucket)
+	require.Equal(t, "a", re.Key)
 }

@@ -25,6 +25,7 @@ func init() {
 		return create(tx, name, life)
 	}
 	base.Buckets.Delete = drop
+	base.Buckets.Check = check
 }
 
 // Bucket is a user bucket: a named key/value space, apart from oncekv's
@@ -138,6 +139,21 @@ func keepRecords(tx *bolt.Tx, ub *bolt.Bucket, name []byte) error {
 			return nil
 		}
 		return base.FenceError(keys.Set(k, e.Record))
+	})
+}
+
+// check decodes the header of every entry of the user bucket name, if it
+// keeps fences in headers, and reports each one that does not decode.
+func check(tx *bolt.Tx, name []byte, report func(error) error) error {
+	ub := tx.Bucket(base.UserName(name))
+	if ub == nil || ub.Sequence()&seqHeadered == 0 {
+		return nil
+	}
+	return ub.ForEach(func(k, v []byte) error {
+		if _, err := fences.ParseEntry(v); err != nil {
+			return report(entryError(name, k, err))
+		}
+		return nil
 	})
 }
 
