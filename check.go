@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/bloom"
+	"github.com/oncekv/oncekv/internal/base"
 	"github.com/oncekv/oncekv/internal/fences"
 	"github.com/oncekv/oncekv/internal/layout"
 )
@@ -26,7 +27,8 @@ import (
 //     matches ErrCorrupt.
 //
 // User buckets hold the caller's bytes, which carry no checksum, and are
-// checked only by bbolt's part. Check writes nothing and works on a
+// checked by bbolt's part, and for the header that carries each key's
+// fence and version in front of its value, which is decoded like a record. Check writes nothing and works on a
 // read-only DB; it reads every page in one read transaction, so it takes
 // time in proportion to the file, and fn must not call other DB methods.
 // A file with no problem calls fn never and returns nil.
@@ -51,7 +53,7 @@ func (db *DB) Check(fn func(problem error) error) error {
 					return err
 				}
 			}
-			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkFilters, checkLeases, checkFences} {
+			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkFilters, checkLeases, checkFences, checkFenceHeaders} {
 				if err := check(btx, report); err != nil {
 					return err
 				}
@@ -152,6 +154,12 @@ func checkFences(btx *bolt.Tx, report func(error) error) error {
 		}
 		return report(&RecordError{Bucket: name, Key: string(e.Key), Err: e.Err})
 	})
+}
+
+// checkFenceHeaders decodes the fence header of every value of every user
+// bucket that keeps fences in headers.
+func checkFenceHeaders(btx *bolt.Tx, report func(error) error) error {
+	return layout.ForEachUserBucket(btx, func(name []byte) error { return base.Buckets.Check(btx, name, report) })
 }
 
 // windowName names a window in a problem report by its start.

@@ -3,8 +3,11 @@ package oncekv_test
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -82,12 +85,68 @@ func update(t testing.TB, db *oncekv.DB, fn func(b *oncekv.Bucket) error) error 
 	})
 }
 
+// layouts are the two places a user bucket keeps its keys' fences: in a
+// header in front of each value (buckets created by this version), and in
+// the system bucket of fences (buckets created before it, which keep that
+// layout). Every promise holds in both.
+var layouts = []struct {
+	name string
+	open func(t *testing.T) *oncekv.DB
+}{
+	{"headers", func(t *testing.T) *oncekv.DB { return oncetest.Open(t, &oncekv.Options{NoSync: true}) }},
+	{"records-bucket", openOldRegisters},
+}
+
+// forLayouts runs test once per layout of the registers bucket.
+func forLayouts(t *testing.T, test func(t *testing.T, db *oncekv.DB)) {
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) { test(t, l.open(t)) })
+	}
+}
+
+// openOldRegisters opens a store whose registers bucket was created the
+// way the versions before fence headers created it: a bucket with a zero
+// sequence, which keeps fences in the system bucket of fences.
+func openOldRegisters(t *testing.T) *oncekv.DB {
+	path := oldRegistersFile(t)
+	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		require.NoError(t, db.Close())
+		oncetest.Check(t, path)
+	})
+	return db
+}
+
+// oldRegistersFile is openOldRegisters' store, closed: its path.
+func oldRegistersFile(t testing.TB) string { return oldBucketFile(t, registers, false) }
+
+// oldBucketFile is a closed store with a user bucket name created the way
+// the versions before fence headers created it, and its path.
+func oldBucketFile(t testing.TB, name []byte, noSync bool) string {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := oncekv.Open(path, &oncekv.Options{NoSync: noSync})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucket(append([]byte("u/"), name...))
+		return err
+	}))
+	require.NoError(t, b.Close())
+	return path
+}
+
 // TestPutFencedRejectsTheDelayedWriter is the article's story: the writer of
 // set(x,1) takes its token, stalls in a GC pause, and arrives after set(x,2)
 // was applied. Each write is applied at most once either way; only the
 // fence keeps the late one from winning.
 func TestPutFencedRejectsTheDelayedWriter(t *testing.T) {
-	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+	forLayouts(t, testPutFencedRejectsTheDelayedWriter)
+}
+
+func testPutFencedRejectsTheDelayedWriter(t *testing.T, db *oncekv.DB) {
 	first, err := db.NextFence("x")
 	require.NoError(t, err)
 	second, err := db.NextFence("x")
@@ -286,8 +345,9 @@ func TestPutFencedBadInput(t *testing.T) {
 // cannot bring it back, and its version moves on, so a compare-and-set
 // that read it before the delete fails. Deleting the whole bucket keeps
 // the fences too.
-func TestDeleteKeepsTheFence(t *testing.T) {
-	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+func TestDeleteKeepsTheFence(t *testing.T) { forLayouts(t, testDeleteKeepsTheFence) }
+
+func testDeleteKeepsTheFence(t *testing.T, db *oncekv.DB) {
 	require.NoError(t, putFenced(db, "k", []byte("v"), 5))
 	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.Delete([]byte("k")) }))
 	require.Equal(t, register{fence: 5, version: 2}, readRegister(t, db, "k"))
@@ -317,8 +377,9 @@ func TestDeleteKeepsTheFence(t *testing.T) {
 
 // TestPutIfVersion covers compare-and-set, and how the other writes move
 // the version so that mixing them with it cannot lose an update silently.
-func TestPutIfVersion(t *testing.T) {
-	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+func TestPutIfVersion(t *testing.T) { forLayouts(t, testPutIfVersion) }
+
+func testPutIfVersion(t *testing.T, db *oncekv.DB) {
 	cas := func(key, value string, version uint64) error {
 		return update(t, db, func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte(key), []byte(value), version) })
 	}
@@ -553,56 +614,126 @@ func TestNextFenceChildProcess(t *testing.T) {
 
 // TestFenceRecordCorrupt: a damaged fence record or token counter is an
 // error naming where it is, on every write that depends on it, never a
-// fence silently read as 0.
+// fence silently read as 0. In a bucket with fence headers the damaged
+// header is the record, and the value behind it reads as absent.
 func TestFenceRecordCorrupt(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.db")
-	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
-	require.NoError(t, err)
-	require.NoError(t, putFenced(db, "k", []byte("v"), 5))
-	_, err = db.NextFence("res")
-	require.NoError(t, err)
-	require.NoError(t, db.Close())
+	for _, tc := range []struct {
+		layout string
+		where  string // the bucket the error names
+		old    bool
+	}{{"headers", "u/registers", false}, {"records-bucket", "oncekv.fences/kregisters", true}} {
+		t.Run(tc.layout, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.db")
+			if tc.old {
+				path = oldRegistersFile(t)
+			}
+			db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
+			require.NoError(t, err)
+			require.NoError(t, putFenced(db, "k", []byte("v"), 5))
+			_, err = db.NextFence("res")
+			require.NoError(t, err)
+			require.NoError(t, db.Close())
 
+			b, err := bolt.Open(path, 0o600, nil)
+			require.NoError(t, err)
+			require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+				fences := tx.Bucket(layout.FencesRoot)
+				keys := tx.Bucket(append([]byte("u/"), registers...))
+				if tc.old {
+					keys = fences.Bucket(append([]byte("k"), registers...))
+				}
+				rec := append([]byte(nil), keys.Get([]byte("k"))...)
+				rec[3] ^= 0x01
+				if err := keys.Put([]byte("k"), rec); err != nil {
+					return err
+				}
+				return fences.Put([]byte("tres"), []byte{1, 2, 3})
+			}))
+			require.NoError(t, b.Close())
+
+			db, err = oncekv.Open(path, &oncekv.Options{NoSync: true})
+			require.NoError(t, err)
+			defer db.Close()
+			for name, write := range map[string]func(b *oncekv.Bucket) error{
+				"PutFenced":    func(b *oncekv.Bucket) error { return b.PutFenced([]byte("k"), []byte("w"), 99) },
+				"PutIfVersion": func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte("k"), []byte("w"), 1) },
+				"Put":          func(b *oncekv.Bucket) error { return b.Put([]byte("k"), []byte("w")) },
+				"Delete":       func(b *oncekv.Bucket) error { return b.Delete([]byte("k")) },
+			} {
+				err := update(t, db, write)
+				require.ErrorIs(t, err, oncekv.ErrCorrupt, name)
+				var re *oncekv.RecordError
+				require.ErrorAs(t, err, &re, name)
+				require.Equal(t, tc.where, re.Bucket)
+				require.Equal(t, "k", re.Key)
+			}
+			want := register{value: "v", exists: true}
+			if tc.old {
+				want.fence, want.version = 0, 0 // the damaged record reads as 0 beside the intact value
+			} else {
+				want = register{} // the value behind a damaged header is not returned
+			}
+			require.Equal(t, want, readRegister(t, db, "k"))
+			require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.Put([]byte("other"), []byte("ok")) }),
+				"other keys are not affected")
+
+			_, err = db.NextFence("res")
+			require.ErrorIs(t, err, oncekv.ErrCorrupt)
+			require.Contains(t, err.Error(), `"res"`)
+			n, err := db.NextFence("other")
+			require.NoError(t, err)
+			require.Equal(t, uint64(1), n)
+		})
+	}
+}
+
+// TestFenceRecordsWrittenBeforeStillWork: a store whose fence record and
+// token counter hold the bytes the msgpack-encoder build wrote (printed by
+// that build) keeps every promise on them after the codec was written by
+// hand: the fence refuses a stale writer, the version moves on, the
+// counter issues the next token.
+func TestFenceRecordsWrittenBeforeStillWork(t *testing.T) {
+	path := oldRegistersFile(t)
+
+	// Fence 5, version 7, as the old build encoded it; the counter of
+	// "res" at 3, in the same envelope (version 1, [uint64], CRC-32C).
+	oldRecord, err := hex.DecodeString("0192cf0000000000000005cf00000000000000071527d2d1")
+	require.NoError(t, err)
+	oldCounter := binary.BigEndian.AppendUint64([]byte{1, 0x91, 0xcf}, 3)
+	oldCounter = binary.LittleEndian.AppendUint32(oldCounter, crc32.Checksum(oldCounter, crc32.MakeTable(crc32.Castagnoli)))
 	b, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		fences := tx.Bucket(layout.FencesRoot)
-		keys := fences.Bucket(append([]byte("k"), registers...))
-		rec := append([]byte(nil), keys.Get([]byte("k"))...)
-		rec[3] ^= 0x01
-		if err := keys.Put([]byte("k"), rec); err != nil {
+		if err := tx.Bucket(append([]byte("u/"), registers...)).Put([]byte("k"), []byte("v")); err != nil {
 			return err
 		}
-		return fences.Put([]byte("tres"), []byte{1, 2, 3})
+		fences := tx.Bucket(layout.FencesRoot)
+		keys, err := fences.CreateBucket(append([]byte("k"), registers...))
+		if err != nil {
+			return err
+		}
+		if err := keys.Put([]byte("k"), oldRecord); err != nil {
+			return err
+		}
+		return fences.Put([]byte("tres"), oldCounter)
 	}))
 	require.NoError(t, b.Close())
 
-	db, err = oncekv.Open(path, &oncekv.Options{NoSync: true})
+	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
 	require.NoError(t, err)
 	defer db.Close()
-	for name, write := range map[string]func(b *oncekv.Bucket) error{
-		"PutFenced":    func(b *oncekv.Bucket) error { return b.PutFenced([]byte("k"), []byte("w"), 99) },
-		"PutIfVersion": func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte("k"), []byte("w"), 1) },
-		"Put":          func(b *oncekv.Bucket) error { return b.Put([]byte("k"), []byte("w")) },
-		"Delete":       func(b *oncekv.Bucket) error { return b.Delete([]byte("k")) },
-	} {
-		err := update(t, db, write)
-		require.ErrorIs(t, err, oncekv.ErrCorrupt, name)
-		var re *oncekv.RecordError
-		require.ErrorAs(t, err, &re, name)
-		require.Equal(t, "oncekv.fences/kregisters", re.Bucket)
-		require.Equal(t, "k", re.Key)
-	}
-	require.Equal(t, "v", readRegister(t, db, "k").value)
-	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.Put([]byte("other"), []byte("ok")) }),
-		"other keys are not affected")
-
-	_, err = db.NextFence("res")
-	require.ErrorIs(t, err, oncekv.ErrCorrupt)
-	require.Contains(t, err.Error(), `"res"`)
-	n, err := db.NextFence("other")
+	require.Equal(t, register{value: "v", exists: true, fence: 5, version: 7}, readRegister(t, db, "k"))
+	var fe *oncekv.FenceError
+	require.ErrorAs(t, putFenced(db, "k", []byte("stale"), 5), &fe)
+	require.Equal(t, uint64(5), fe.Stored)
+	require.NoError(t, putFenced(db, "k", []byte("new"), 6))
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.Put([]byte("k"), []byte("plain")) }))
+	require.Equal(t, register{value: "plain", exists: true, fence: 6, version: 9}, readRegister(t, db, "k"))
+	require.NoError(t, update(t, db, func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte("k"), []byte("cas"), 9) }))
+	require.Equal(t, register{value: "cas", exists: true, fence: 6, version: 10}, readRegister(t, db, "k"))
+	n, err := db.NextFence("res")
 	require.NoError(t, err)
-	require.Equal(t, uint64(1), n)
+	require.Equal(t, uint64(4), n)
 }
 
 // BenchmarkPutFencedVsPut: a fenced write against a plain one, timed
@@ -613,37 +744,77 @@ func TestFenceRecordCorrupt(t *testing.T) {
 //
 //	go test -run '^$' -bench 'PutFencedVsPut' -benchtime 2000x .
 func BenchmarkPutFencedVsPut(b *testing.B) {
-	for _, mode := range []struct {
-		name   string
-		noSync bool
-		perTx  int
-	}{{"durable", false, 1}, {"nosync", true, 1}, {"tx1000", true, 1000}} {
+	for _, mode := range benchWriteModes {
 		b.Run(mode.name, func(b *testing.B) {
 			db := openBench(b, mode.noSync)
-			writes := func(bucket string, write func(bk *oncekv.Bucket, key []byte, fence uint64) error) func(i uint64) {
-				return func(i uint64) {
-					if err := db.Update(func(tx *oncekv.Tx) error {
-						bk, err := tx.CreateBucketIfNotExists([]byte(bucket))
-						if err != nil {
-							return err
-						}
-						for j := range uint64(mode.perTx) {
-							n := (i-1)*uint64(mode.perTx) + j + 1 // fences grow from call to call
-							if err := write(bk, benchKey(n), n); err != nil {
-								return err
-							}
-						}
-						return nil
-					}); err != nil {
-						b.Fatal(err)
-					}
+			pair(b, mode.perTx,
+				"put", benchWrites(b, db, mode.perTx, "plain", benchPut),
+				"putfenced", benchWrites(b, db, mode.perTx, "fenced", benchPutFenced))
+		})
+	}
+}
+
+// BenchmarkFenceLayouts: the same writes in a bucket that keeps fences in
+// the system bucket of fences (created by an older version) and in one
+// that keeps them in headers, timed alternately: plain Put must not pay
+// for the headers, and PutFenced should gain from them.
+//
+//	go test -run '^$' -bench 'FenceLayouts' -benchtime 2000x .
+func BenchmarkFenceLayouts(b *testing.B) {
+	for _, write := range []struct {
+		name string
+		fn   func(bk *oncekv.Bucket, key []byte, fence uint64) error
+	}{{"put", benchPut}, {"putfenced", benchPutFenced}} {
+		for _, mode := range benchWriteModes {
+			b.Run(write.name+"/"+mode.name, func(b *testing.B) {
+				db, err := oncekv.Open(oldBucketFile(b, []byte("old"), mode.noSync), &oncekv.Options{NoSync: mode.noSync, ExpireInterval: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { db.Close() })
+				pair(b, mode.perTx,
+					"records-bucket", benchWrites(b, db, mode.perTx, "old", write.fn),
+					"headers", benchWrites(b, db, mode.perTx, "new", write.fn))
+			})
+		}
+	}
+}
+
+// benchWriteModes: in durable and nosync each call is one write
+// transaction holding one write of a new key, the way a handler writes;
+// tx1000 packs 1000 writes into one transaction, so the commit is shared
+// and what is left is each write's own CPU cost.
+var benchWriteModes = []struct {
+	name   string
+	noSync bool
+	perTx  int
+}{{"durable", false, 1}, {"nosync", true, 1}, {"tx1000", true, 1000}}
+
+func benchPut(bk *oncekv.Bucket, key []byte, _ uint64) error { return bk.Put(key, benchValue) }
+
+func benchPutFenced(bk *oncekv.Bucket, key []byte, fence uint64) error {
+	return bk.PutFenced(key, benchValue, fence)
+}
+
+// benchWrites returns the i-th call of a benchmark: one transaction of
+// perTx writes of new keys to bucket, with fences that grow from call to
+// call.
+func benchWrites(b *testing.B, db *oncekv.DB, perTx int, bucket string, write func(bk *oncekv.Bucket, key []byte, fence uint64) error) func(i uint64) {
+	return func(i uint64) {
+		if err := db.Update(func(tx *oncekv.Tx) error {
+			bk, err := tx.CreateBucketIfNotExists([]byte(bucket))
+			if err != nil {
+				return err
+			}
+			for j := range uint64(perTx) {
+				n := (i-1)*uint64(perTx) + j + 1
+				if err := write(bk, benchKey(n), n); err != nil {
+					return err
 				}
 			}
-			pair(b, mode.perTx,
-				"put", writes("plain", func(bk *oncekv.Bucket, key []byte, _ uint64) error { return bk.Put(key, benchValue) }),
-				"putfenced", writes("fenced", func(bk *oncekv.Bucket, key []byte, fence uint64) error {
-					return bk.PutFenced(key, benchValue, fence)
-				}))
-		})
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -9,7 +9,11 @@
 // version ([Bucket.PutIfVersion], [Bucket.Version]) for compare-and-set;
 // the errors they return are in package fence.
 //
-// oncekv's own records (dedup marks, fences, metadata) live in system
-// buckets that no name passed here can reach: every user bucket name is put
-// behind a prefix that no system bucket has.
+// oncekv's own records (dedup marks, token counters, metadata) live in
+// system buckets that no name passed here can reach: every user bucket
+// name is put behind a prefix that no system bucket has. A key's fence and
+// version live where its value does, in a header in front of the value
+// that no read returns, so a fenced write is one B-tree operation; buckets
+// created before such headers existed keep them in the system bucket of
+// fences, and a deleted bucket's keys leave theirs there too.
 package bucket

@@ -4,6 +4,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/fences"
 )
 
 // Errors returned for bad input to a user bucket. The root package
@@ -38,8 +39,9 @@ var (
 const (
 	// MaxKeySize is the largest key a bucket stores.
 	MaxKeySize = bolt.MaxKeySize
-	// MaxValueSize is the largest value a bucket stores.
-	MaxValueSize = bolt.MaxValueSize
+	// MaxValueSize is the largest value a bucket stores: bbolt's, less the
+	// header that carries a key's fence and version.
+	MaxValueSize = bolt.MaxValueSize - fences.EntryHeaderSize
 	// MaxBucketNameSize is the longest bucket name: MaxKeySize less the
 	// prefix that keeps user buckets apart from oncekv's own.
 	MaxBucketNameSize = MaxKeySize - 2

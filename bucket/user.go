@@ -25,6 +25,7 @@ func init() {
 		return create(tx, name, life)
 	}
 	base.Buckets.Delete = drop
+	base.Buckets.Check = check
 }
 
 // Bucket is a user bucket: a named key/value space, apart from oncekv's
@@ -33,8 +34,11 @@ func init() {
 // a writable transaction.
 //
 // On top of them, a key may carry a fence and a version (see PutFenced and
-// PutIfVersion), kept in the system bucket of fences where no user call
-// can reach them.
+// PutIfVersion), where no user call can reach them. A bucket created now
+// keeps them in a header in front of the value, which no read returns, so
+// that a fenced write reads and writes one B-tree; a bucket created before
+// fence headers existed (or created again after a delete that left its
+// keys' fences behind) keeps them in the system bucket of fences.
 type Bucket struct {
 	b    *bolt.Bucket
 	name []byte
@@ -42,6 +46,21 @@ type Bucket struct {
 	keys *fences.Keys // the fences and versions of the keys; opened on first use
 	last []byte       // the key of this value's latest write, while they all appended (see packAppends)
 }
+
+// The top bits of a user bucket's sequence say how it keeps its keys'
+// fences; NextSequence hands out the rest. Buckets created before these
+// bits existed never set them: their sequence counts from 0 and could not
+// have reached them.
+const (
+	// seqHeadered: every value has an entry header (fences.ParseEntry).
+	seqHeadered = 1 << 63
+	// seqRecords: some entry has a record, so a write without a fence must
+	// read the key's header first, to carry its fence and count its
+	// version. Until then a plain Put writes without reading.
+	seqRecords = 1 << 62
+	// seqMask is the user's sequence.
+	seqMask = seqRecords - 1
+)
 
 // open returns the user bucket name, or nil when it does not exist.
 func open(tx *bolt.Tx, name []byte, life *base.Life) *Bucket {
@@ -60,9 +79,22 @@ func create(tx *bolt.Tx, name []byte, life *base.Life) (*Bucket, error) {
 	if err := checkBucketName(name); err != nil {
 		return nil, err
 	}
-	b, err := tx.CreateBucketIfNotExists(base.UserName(name))
+	full := base.UserName(name)
+	b := tx.Bucket(full)
+	if b != nil && b.Writable() {
+		return &Bucket{b: b, name: bytes.Clone(name), life: life}, nil
+	}
+	b, err := tx.CreateBucketIfNotExists(full) // creates it, or reports why it cannot
 	if err != nil {
 		return nil, fmt.Errorf("oncekv: create bucket %q: %w", base.Clip(string(name)), base.MapBoltErr(err))
+	}
+	// A new bucket keeps fences in headers, unless a deleted bucket of the
+	// same name left its keys' records in the fences bucket: they go on
+	// counting there, so a stale writer stays fenced off.
+	if root := tx.Bucket(fences.Root); root != nil && !fences.Exists(root, name) {
+		if err := b.SetSequence(seqHeadered); err != nil {
+			return nil, fmt.Errorf("oncekv: create bucket %q: %w", base.Clip(string(name)), base.MapBoltErr(err))
+		}
 	}
 	return &Bucket{b: b, name: bytes.Clone(name), life: life}, nil
 }
@@ -74,13 +106,62 @@ func drop(tx *bolt.Tx, name []byte) (bool, error) {
 		return false, err
 	}
 	full := base.UserName(name)
-	if tx.Bucket(full) == nil {
+	ub := tx.Bucket(full)
+	if ub == nil {
 		return false, nil
+	}
+	if err := keepRecords(tx, ub, name); err != nil {
+		return false, fmt.Errorf("oncekv: delete bucket %q: %w", base.Clip(string(name)), err)
 	}
 	if err := tx.DeleteBucket(full); err != nil {
 		return false, fmt.Errorf("oncekv: delete bucket %q: %w", base.Clip(string(name)), base.MapBoltErr(err))
 	}
 	return true, nil
+}
+
+// keepRecords moves the records in the headers of ub, the user bucket
+// name, to the fences bucket before ub is deleted: fences outlive their
+// keys, and their bucket.
+func keepRecords(tx *bolt.Tx, ub *bolt.Bucket, name []byte) error {
+	if ub.Sequence()&seqRecords == 0 {
+		return nil
+	}
+	root := tx.Bucket(fences.Root)
+	if root == nil {
+		return fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, fences.Root)
+	}
+	keys := fences.OpenKeys(root, name)
+	return ub.ForEach(func(k, v []byte) error {
+		e, err := fences.ParseEntry(v)
+		if err != nil {
+			return entryError(name, k, err)
+		}
+		if !e.HasRecord {
+			return nil
+		}
+		return base.FenceError(keys.Set(k, e.Record))
+	})
+}
+
+// check decodes the header of every entry of the user bucket name, if it
+// keeps fences in headers, and reports each one that does not decode.
+func check(tx *bolt.Tx, name []byte, report func(error) error) error {
+	ub := tx.Bucket(base.UserName(name))
+	if ub == nil || ub.Sequence()&seqHeadered == 0 {
+		return nil
+	}
+	return ub.ForEach(func(k, v []byte) error {
+		if _, err := fences.ParseEntry(v); err != nil {
+			return report(entryError(name, k, err))
+		}
+		return nil
+	})
+}
+
+// entryError reports an entry of the user bucket name whose header does
+// not decode.
+func entryError(name, key []byte, err error) error {
+	return &base.RecordError{Bucket: string(base.UserName(name)), Key: string(key), Err: err}
 }
 
 func checkBucketName(name []byte) error {
@@ -102,11 +183,43 @@ func (b *Bucket) Writable() bool { return !b.life.Ended() && b.b.Writable() }
 // Get returns the value of key, or nil if the key is absent or the
 // transaction has ended. The value is valid only until the transaction ends;
 // copy it to keep it.
+//
+// A value whose header is damaged reads as absent; once any key of the
+// bucket has a fence or a version, every write of that key reports
+// ErrCorrupt.
 func (b *Bucket) Get(key []byte) []byte {
 	if b.life.Ended() || len(key) == 0 {
 		return nil
 	}
-	return b.b.Get(key)
+	v := b.b.Get(key)
+	if v == nil || !b.headered() {
+		return v
+	}
+	e, err := fences.ParseEntry(v)
+	if err != nil {
+		return nil
+	}
+	return e.Value
+}
+
+// headered reports whether the bucket keeps fences in headers.
+func (b *Bucket) headered() bool { return b.b.Sequence()&seqHeadered != 0 }
+
+// hasRecords reports whether some entry of a headered bucket has a record.
+func (b *Bucket) hasRecords() bool { return b.b.Sequence()&seqRecords != 0 }
+
+// entry returns key's entry in a headered bucket, and its raw bytes, nil
+// when the key has none.
+func (b *Bucket) entry(key []byte) (fences.Entry, []byte, error) {
+	raw := b.b.Get(key)
+	if raw == nil {
+		return fences.Entry{}, nil, nil
+	}
+	e, err := fences.ParseEntry(raw)
+	if err != nil {
+		return fences.Entry{}, raw, entryError(b.name, key, err)
+	}
+	return e, raw, nil
 }
 
 // Put sets key to value. Key and value are copied, so the caller may reuse
@@ -120,10 +233,43 @@ func (b *Bucket) Put(key, value []byte) error {
 	if err := b.checkPut(key, value); err != nil {
 		return err
 	}
+	if b.headered() {
+		return b.putUnfenced("put", key, value)
+	}
 	if err := b.touch("put", key); err != nil {
 		return err
 	}
 	return b.putValue("put", key, value)
+}
+
+// putUnfenced is Put in a headered bucket: it reads the key's header only
+// when some key of the bucket has a record.
+func (b *Bucket) putUnfenced(op string, key, value []byte) error {
+	if !b.hasRecords() {
+		return b.wrap(op, key, b.b.Put(key, fences.AppendPlain(make([]byte, 0, 1+len(value)), value)))
+	}
+	e, _, err := b.entry(key)
+	if err != nil {
+		return b.wrap(op, key, err)
+	}
+	if !e.HasRecord {
+		return b.wrap(op, key, b.b.Put(key, fences.AppendPlain(make([]byte, 0, 1+len(value)), value)))
+	}
+	r, err := fences.Counted(e.Record)
+	if err != nil {
+		return b.wrap(op, key, err)
+	}
+	return b.putLive(op, key, r, value)
+}
+
+// putLive writes value with record r in a headered bucket.
+func (b *Bucket) putLive(op string, key []byte, r fences.Record, value []byte) error {
+	if seq := b.b.Sequence(); seq&seqRecords == 0 {
+		if err := b.b.SetSequence(seq | seqRecords); err != nil {
+			return b.wrap(op, key, err)
+		}
+	}
+	return b.wrap(op, key, b.b.Put(key, fences.AppendLive(make([]byte, 0, fences.EntryHeaderSize+len(value)), r, value)))
 }
 
 // Delete removes key. Deleting an absent key is not an error.
@@ -135,10 +281,35 @@ func (b *Bucket) Delete(key []byte) error {
 	if err := b.checkWrite(key); err != nil {
 		return err
 	}
+	if b.headered() {
+		return b.deleteHeadered(key)
+	}
 	if err := b.touch("delete", key); err != nil {
 		return err
 	}
 	return b.wrap("delete", key, b.b.Delete(key))
+}
+
+// deleteHeadered is Delete in a headered bucket: a key with a record keeps
+// it in a tombstone.
+func (b *Bucket) deleteHeadered(key []byte) error {
+	if !b.hasRecords() {
+		return b.wrap("delete", key, b.b.Delete(key))
+	}
+	e, raw, err := b.entry(key)
+	switch {
+	case err != nil:
+		return b.wrap("delete", key, err)
+	case raw == nil:
+		return nil
+	case !e.HasRecord:
+		return b.wrap("delete", key, b.b.Delete(key))
+	}
+	r, err := fences.Counted(e.Record)
+	if err != nil {
+		return b.wrap("delete", key, err)
+	}
+	return b.wrap("delete", key, b.b.Put(key, fences.AppendGone(nil, r)))
 }
 
 // PutFenced sets key to value only if fence is strictly greater than the
@@ -152,8 +323,13 @@ func (b *Bucket) Delete(key []byte) error {
 // only grows, such as a Kafka offset or a Raft term. Fence 0 is
 // ErrInvalidFence. Each PutFenced also moves the key's version on, like
 // every other write.
-func (b *Bucket) PutFenced(key, value []byte, fence uint64) error {
-	return b.putAdmitted("put fenced", key, value, func(k *fences.Keys) error { return k.Fenced(key, fence) })
+func (b *Bucket) PutFenced(key, value []byte, presented uint64) error {
+	if presented == 0 && b.checkPut(key, value) == nil {
+		return b.wrap("put fenced", key, fence.ErrInvalidFence) // bad input, before any record is read
+	}
+	return b.putAdmitted("put fenced", key, value,
+		func(k *fences.Keys) error { return k.Fenced(key, presented) },
+		func(e fences.Entry) (fences.Record, error) { return fences.AdmitFenced(e.Record, presented) })
 }
 
 // Fence returns the fence stored with key, or 0 when it has none. Deleting a
@@ -185,29 +361,52 @@ func (b *Bucket) Version(key []byte) uint64 { return b.record(key).Version }
 // key under versions in one transaction that deletes it and puts it again
 // with version 0 (or writes it with PutFenced).
 func (b *Bucket) PutIfVersion(key, value []byte, version uint64) error {
-	return b.putAdmitted("put if version", key, value, func(k *fences.Keys) error {
-		return k.IfVersion(key, version, b.b.Get(key) != nil)
-	})
+	return b.putAdmitted("put if version", key, value,
+		func(k *fences.Keys) error { return k.IfVersion(key, version, b.b.Get(key) != nil) },
+		func(e fences.Entry) (fences.Record, error) {
+			return fences.AdmitVersion(e.Record, e.HasRecord, e.Exists(), version)
+		})
 }
 
-// putAdmitted writes value to key if admit, which checks and records the
-// key's fence or version, lets it. Every input is checked before admit
-// writes its record, so an error changes nothing.
-func (b *Bucket) putAdmitted(op string, key, value []byte, admit func(*fences.Keys) error) error {
+// putAdmitted writes value to key if the key's fence or version lets it:
+// admit checks and records it in the records bucket of a bucket that keeps
+// one, admitEntry checks it against the key's header in a headered bucket
+// and returns the record to write with the value. Every input is checked
+// before a record is written, so an error changes nothing.
+func (b *Bucket) putAdmitted(op string, key, value []byte, admit func(*fences.Keys) error,
+	admitEntry func(fences.Entry) (fences.Record, error),
+) error {
 	if err := b.checkPut(key, value); err != nil {
 		return err
+	}
+	if b.headered() {
+		e, _, err := b.entry(key)
+		if err != nil {
+			return b.wrap(op, key, err)
+		}
+		r, err := admitEntry(e)
+		if err != nil {
+			return b.refused(op, key, err)
+		}
+		return b.putLive(op, key, r, value)
 	}
 	keys, err := b.fences()
 	if err != nil {
 		return err
 	}
 	if err := admit(keys); err != nil {
-		if errors.Is(err, fence.ErrFenced) || errors.Is(err, fence.ErrVersionConflict) || errors.Is(err, fence.ErrUnversioned) {
-			b.life.Reject()
-		}
-		return b.wrap(op, key, err)
+		return b.refused(op, key, err)
 	}
 	return b.putValue(op, key, value)
+}
+
+// refused reports a fenced or versioned write that was not admitted,
+// counting it when its fence or version refused it.
+func (b *Bucket) refused(op string, key []byte, err error) error {
+	if errors.Is(err, fence.ErrFenced) || errors.Is(err, fence.ErrVersionConflict) || errors.Is(err, fence.ErrUnversioned) {
+		b.life.Reject()
+	}
+	return b.wrap(op, key, err)
 }
 
 // touch moves key's version on for a write that carries no fence or
@@ -239,6 +438,10 @@ func (b *Bucket) record(key []byte) fences.Record {
 	if b.life.Ended() || len(key) == 0 {
 		return fences.Record{}
 	}
+	if b.headered() {
+		e, _, _ := b.entry(key) // zero on a decode error, which writes report
+		return e.Record
+	}
 	keys, err := b.fences()
 	if err != nil {
 		return fences.Record{}
@@ -251,7 +454,7 @@ func (b *Bucket) checkPut(key, value []byte) error {
 	if err := b.checkWrite(key); err != nil {
 		return err
 	}
-	if len(value) > MaxValueSize {
+	if len(value) > MaxValueSize { // the limit leaves room for the header
 		return fmt.Errorf("value of %d bytes in bucket %q: %w", len(value), base.Clip(string(b.name)), ErrValueTooLarge)
 	}
 	return nil
@@ -268,11 +471,26 @@ func (b *Bucket) putValue(op string, key, value []byte) error {
 
 // ForEach calls fn for every key/value pair in key order. An error from fn
 // stops the iteration and is returned. fn must not modify the bucket.
+//
+// In a headered bucket, deleted keys that keep their fence are skipped, and
+// a value whose header is damaged stops the iteration with ErrCorrupt.
 func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 	if b.life.Ended() {
 		return ErrTxClosed
 	}
-	return b.b.ForEach(fn)
+	if !b.headered() {
+		return b.b.ForEach(fn)
+	}
+	return b.b.ForEach(func(k, v []byte) error {
+		e, err := fences.ParseEntry(v)
+		switch {
+		case err != nil:
+			return entryError(b.name, k, err)
+		case !e.Exists():
+			return nil
+		}
+		return fn(k, e.Value)
+	})
 }
 
 // Cursor returns a cursor over the bucket, valid until the transaction ends.
@@ -286,8 +504,14 @@ func (b *Bucket) NextSequence() (uint64, error) {
 	if b.life.Ended() {
 		return 0, ErrTxClosed
 	}
-	n, err := b.b.NextSequence()
-	return n, base.MapBoltErr(err)
+	seq := b.b.Sequence()
+	if seq&seqMask == seqMask {
+		return 0, fmt.Errorf("oncekv: sequence of bucket %q: %w", base.Clip(string(b.name)), fence.ErrExhausted)
+	}
+	if err := b.b.SetSequence(seq + 1); err != nil {
+		return 0, base.MapBoltErr(err)
+	}
+	return (seq + 1) & seqMask, nil
 }
 
 func (b *Bucket) checkWrite(key []byte) error {
@@ -331,29 +555,42 @@ type Cursor struct {
 	b    *Bucket
 	life *base.Life
 	key  []byte // the key under the cursor, as the last move returned it
+	// parked is set after a Delete in a headered bucket left the cursor
+	// on the next entry, which the caller has not seen: Next returns it
+	// instead of moving past it. next is that entry, nil past the end.
+	parked    bool
+	next, val []byte
 }
 
 // First moves to the first key and returns it, or nil keys when empty.
-func (c *Cursor) First() (key, value []byte) { return c.step(c.c.First) }
+func (c *Cursor) First() (key, value []byte) { return c.step(c.c.First, c.c.Next) }
 
 // Last moves to the last key.
-func (c *Cursor) Last() (key, value []byte) { return c.step(c.c.Last) }
+func (c *Cursor) Last() (key, value []byte) { return c.step(c.c.Last, c.c.Prev) }
 
 // Next moves to the next key; nil when past the end.
-func (c *Cursor) Next() (key, value []byte) { return c.step(c.c.Next) }
+func (c *Cursor) Next() (key, value []byte) {
+	if c.parked {
+		return c.step(func() ([]byte, []byte) { return c.next, c.val }, c.c.Next)
+	}
+	return c.step(c.c.Next, c.c.Next)
+}
 
 // Prev moves to the previous key; nil when before the start.
-func (c *Cursor) Prev() (key, value []byte) { return c.step(c.c.Prev) }
+func (c *Cursor) Prev() (key, value []byte) { return c.step(c.c.Prev, c.c.Prev) }
 
 // Seek moves to key, or to the next key after it when absent.
 func (c *Cursor) Seek(seek []byte) (key, value []byte) {
-	return c.step(func() ([]byte, []byte) { return c.c.Seek(seek) })
+	return c.step(func() ([]byte, []byte) { return c.c.Seek(seek) }, c.c.Next)
 }
 
 // Delete removes the key under the cursor: the one the last move returned.
 // With no key under it (before the first move, past the end, or right
 // after a Delete) it does nothing. Like Bucket.Delete, it keeps the key's
-// fence and moves its version on.
+// fence and moves its version on. In a bucket with fence headers (see
+// Bucket) the next Next returns the key after the deleted one, so a loop that deletes
+// as it moves forwards visits every key; buckets created before keep
+// bbolt's cursor, which may skip that key.
 func (c *Cursor) Delete() error {
 	switch {
 	case c.life.Ended():
@@ -363,6 +600,9 @@ func (c *Cursor) Delete() error {
 	case c.key == nil:
 		return nil
 	}
+	if c.b.headered() {
+		return c.deleteHeadered()
+	}
 	if err := c.b.touch("delete", c.key); err != nil {
 		return err
 	}
@@ -370,11 +610,39 @@ func (c *Cursor) Delete() error {
 	return base.MapBoltErr(c.c.Delete())
 }
 
-func (c *Cursor) step(move func() ([]byte, []byte)) ([]byte, []byte) {
+// deleteHeadered is Delete in a headered bucket. It deletes through the
+// bucket, as a key that keeps its fence is rewritten as a tombstone, not
+// deleted, and then puts the cursor back: on the tombstone, which the next
+// move skips, or parked on the entry after the deleted key. So a loop
+// that deletes as it moves forwards visits every key.
+func (c *Cursor) deleteHeadered() error {
+	key := c.key
+	c.key = nil
+	err := c.b.deleteHeadered(key)
+	if k, v := c.c.Seek(key); !bytes.Equal(k, key) {
+		c.parked, c.next, c.val = true, k, v
+	}
+	return err
+}
+
+// step makes move, then, in a headered bucket, goes on with then past the
+// entries that hold no value: the tombstones of deleted keys that keep
+// their fence, and entries whose header is damaged. It returns values
+// without their header.
+func (c *Cursor) step(move, then func() ([]byte, []byte)) ([]byte, []byte) {
 	if c.life.Ended() {
 		return nil, nil
 	}
+	c.parked = false
 	k, v := move()
+	if c.b.headered() {
+		for ; k != nil; k, v = then() {
+			if e, err := fences.ParseEntry(v); err == nil && e.Exists() {
+				v = e.Value
+				break
+			}
+		}
+	}
 	c.key = k
 	return k, v
 }

@@ -74,6 +74,9 @@ var Buckets struct {
 	Open   func(tx *bolt.Tx, name []byte, life *Life) any
 	Create func(tx *bolt.Tx, name []byte, life *Life) (any, error)
 	Delete func(tx *bolt.Tx, name []byte) (existed bool, err error)
+	// Check decodes every fence header of the user bucket name, calling
+	// report with a *RecordError for each one that does not decode.
+	Check func(tx *bolt.Tx, name []byte, report func(error) error) error
 }
 
 // FenceError turns what package fences returns into oncekv's vocabulary:

@@ -1,6 +1,9 @@
-// Package fences stores oncekv's ordering state inside the system bucket of
-// fences: the fencing-token counters, and the fence and version of every
-// user key written with one. The public vocabulary (the errors and error
+// Package fences stores oncekv's ordering state: the fencing-token
+// counters, in the system bucket of fences, and the fence and version of
+// every user key written with one, in a header in front of the key's value
+// (Entry, for user buckets created since headers exist) or in the system
+// bucket of fences (Keys, for user buckets created before, and for the
+// keys of a deleted user bucket). The public vocabulary (the errors and error
 // types) is package fence; this package is the storage behind it, which
 // only oncekv may call.
 //
@@ -159,18 +162,66 @@ func (k *Keys) Get(key []byte) (r Record, ok bool, err error) {
 
 // put stores key's record with its version moved on by one.
 func (k *Keys) put(key []byte, r Record) error {
-	v, err := increment(r.Version)
+	r, err := Counted(r)
 	if err != nil {
 		return err
 	}
-	r.Version = v
+	return k.Set(key, r)
+}
+
+// Set stores r as key's record as it is: for a record that was counted
+// already, such as one moved here from a bucket being deleted.
+func (k *Keys) Set(key []byte, r Record) error {
 	if k.records() == nil {
+		var err error
 		if k.b, err = k.fences.CreateBucketIfNotExists(k.name); err != nil {
 			return err
 		}
 	}
 	enc, _ := r.AppendBinary(nil)
 	return k.b.Put(key, enc)
+}
+
+// Exists reports whether the user bucket named userBucket has a records
+// bucket in fences: a user bucket created again after a Delete must go on
+// with the records its keys had.
+func Exists(fences *bolt.Bucket, userBucket []byte) bool {
+	return OpenKeys(fences, userBucket).records() != nil
+}
+
+// Counted returns r with one more write counted in its version.
+func Counted(r Record) (Record, error) {
+	v, err := increment(r.Version)
+	r.Version = v
+	return r, err
+}
+
+// AdmitFenced returns the record of a key after a write carrying the fence
+// presented, given its record r now (zero when it has none): a
+// *fence.Error (fence.ErrFenced) unless presented is strictly greater than
+// the stored fence, fence.ErrInvalidFence for 0.
+func AdmitFenced(r Record, presented uint64) (Record, error) {
+	if presented == 0 {
+		return r, fence.ErrInvalidFence
+	}
+	if presented <= r.Fence {
+		return r, &fence.Error{Stored: r.Fence, Presented: presented}
+	}
+	r.Fence = presented
+	return Counted(r)
+}
+
+// AdmitVersion returns the record of a key after a compare-and-set that
+// read it at version, given its record r now, whether it has one (ok) and
+// whether it has a value (exists); see IfVersion.
+func AdmitVersion(r Record, ok, exists bool, version uint64) (Record, error) {
+	switch {
+	case !ok && exists && version == 0:
+		return r, fence.ErrUnversioned
+	case r.Version != version:
+		return r, &fence.VersionError{Stored: r.Version, Presented: version}
+	}
+	return Counted(r)
 }
 
 // Fenced admits a write of key carrying the fence presented, and records
@@ -184,11 +235,10 @@ func (k *Keys) Fenced(key []byte, presented uint64) error {
 	if err != nil {
 		return err
 	}
-	if presented <= r.Fence {
-		return &fence.Error{Stored: r.Fence, Presented: presented}
+	if r, err = AdmitFenced(r, presented); err != nil {
+		return err
 	}
-	r.Fence = presented
-	return k.put(key, r)
+	return k.Set(key, r)
 }
 
 // IfVersion admits a compare-and-set of key that read it at version, and
@@ -203,15 +253,13 @@ func (k *Keys) Fenced(key []byte, presented uint64) error {
 // On an error nothing is written.
 func (k *Keys) IfVersion(key []byte, version uint64, exists bool) error {
 	r, ok, err := k.Get(key)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case !ok && exists && version == 0:
-		return fence.ErrUnversioned
-	case r.Version != version:
-		return &fence.VersionError{Stored: r.Version, Presented: version}
 	}
-	return k.put(key, r)
+	if r, err = AdmitVersion(r, ok, exists, version); err != nil {
+		return err
+	}
+	return k.Set(key, r)
 }
 
 // Touch counts a write of key that carries no fence or version (a plain Put
