@@ -246,14 +246,14 @@ func (b *Bucket) Put(key, value []byte) error {
 // when some key of the bucket has a record.
 func (b *Bucket) putUnfenced(op string, key, value []byte) error {
 	if !b.hasRecords() {
-		return b.wrap(op, key, b.b.Put(key, fences.AppendPlain(make([]byte, 0, 1+len(value)), value)))
+		return b.putRaw(op, key, fences.AppendPlain(make([]byte, 0, 1+len(value)), value))
 	}
 	e, _, err := b.entry(key)
 	if err != nil {
 		return b.wrap(op, key, err)
 	}
 	if !e.HasRecord {
-		return b.wrap(op, key, b.b.Put(key, fences.AppendPlain(make([]byte, 0, 1+len(value)), value)))
+		return b.putRaw(op, key, fences.AppendPlain(make([]byte, 0, 1+len(value)), value))
 	}
 	r, err := fences.Counted(e.Record)
 	if err != nil {
@@ -269,7 +269,7 @@ func (b *Bucket) putLive(op string, key []byte, r fences.Record, value []byte) e
 			return b.wrap(op, key, err)
 		}
 	}
-	return b.wrap(op, key, b.b.Put(key, fences.AppendLive(make([]byte, 0, fences.EntryHeaderSize+len(value)), r, value)))
+	return b.putRaw(op, key, fences.AppendLive(make([]byte, 0, fences.EntryHeaderSize+len(value)), r, value))
 }
 
 // Delete removes key. Deleting an absent key is not an error.
@@ -464,9 +464,15 @@ func (b *Bucket) putValue(op string, key, value []byte) error {
 	if value == nil {
 		value = []byte{} // bbolt stores nil as empty anyway; say so explicitly
 	}
-	b.packAppends(key)
 	// bbolt copies the key itself, but keeps the value until the commit.
-	return b.wrap(op, key, b.b.Put(key, bytes.Clone(value)))
+	return b.putRaw(op, key, bytes.Clone(value))
+}
+
+// putRaw stores raw, owned by bbolt from now on, as key's bytes in the
+// bbolt bucket, packing pages full while the transaction only appends.
+func (b *Bucket) putRaw(op string, key, raw []byte) error {
+	b.packAppends(key)
+	return b.wrap(op, key, b.b.Put(key, raw))
 }
 
 // ForEach calls fn for every key/value pair in key order. An error from fn
