@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
@@ -233,6 +234,7 @@ type op struct {
 	ctx    context.Context
 	req    *Request
 	mkey   []byte
+	mhash  uint64 // bloom.Sum64(mkey): hashed once for the filters, the cache and the write path
 	hash   [layout.HashSize]byte
 	effect func(*Tx) ([]byte, error)
 	index  int // position in ApplyBatch's reqs
@@ -283,44 +285,64 @@ func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte,
 		return nil, err
 	}
 	return &op{
-		ctx:  ctx,
-		req:  req,
-		mkey: mkey,
-		hash: hash,
+		ctx:   ctx,
+		req:   req,
+		mkey:  mkey,
+		mhash: bloom.Sum64(mkey),
+		hash:  hash,
 		// Until a snapshot has looked, every window must be read.
 		checkFrom: math.MinInt64,
 		effect:    effect,
 	}, nil
 }
 
-// answerFromSnapshot answers, from one read transaction, every op whose key
-// already has a final mark (or a live claim). This is the duplicate fast
-// path: no write lock, no fsync. It reports whether all ops were answered.
+// answerFromSnapshot answers, from the cache of final marks or else from
+// one read transaction, every op whose key already has a final mark (or a
+// live claim). This is the duplicate fast path: no write lock, no fsync. It
+// reports whether all ops were answered.
 //
 // An op left unanswered remembers which windows it has looked in and found
 // sealed, so that its write path need not look there again (findMarkFrom).
 func (db *DB) answerFromSnapshot(ops []*op) bool {
+	pending := 0
+	for _, o := range ops {
+		if db.answerFromCache(o) {
+			o.settled = true
+		} else {
+			pending++
+		}
+	}
+	if pending == 0 {
+		return true
+	}
 	// Read the window list before the snapshot: every window older than
 	// its newest was sealed by then, so the snapshot holds all its marks.
+	// The snapshot looks in these windows only: one created since holds
+	// only marks written since, which the write path looks for anyway.
 	live := db.windows.Windows()
 	sealedBelow := int64(math.MinInt64)
 	if len(live) > 0 {
 		sealedBelow = live[len(live)-1].Start
 	}
-	if len(ops) == 1 && !db.mayHaveMark(live, ops[0].mkey) {
+	if len(ops) == 1 && !db.mayHaveMark(live, ops[0].mhash) {
 		ops[0].checkFrom = sealedBelow
 		return false // certainly unseen: no need for a read transaction
 	}
+	epoch := db.dups.Epoch() // before the snapshot: see dupcache
 	all := true
 	err := db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
 			now := db.clock.read()
 			for _, o := range ops {
-				m, err := db.findMark(btx, o.mkey)
+				if o.settled {
+					continue
+				}
+				m, err := db.lookIn(btx, live, o.mkey, o.mhash, math.MinInt64)
 				switch {
 				case err != nil:
 					o.fail(outcomeAborted, err)
 				case m != nil && o.answer(m, now):
+					db.offer(epoch, o, m)
 				default:
 					if m == nil {
 						o.checkFrom = sealedBelow
@@ -353,13 +375,12 @@ func (o *op) answer(m *layout.FoundMark, now time.Time) bool {
 		o.fail(outcomeKeyReuse, ErrKeyReuse)
 		return true
 	}
-	first := time.Unix(0, m.FirstSeen)
 	switch m.State {
 	case layout.Done:
-		o.res = Result{Response: m.Response, Duplicate: true, FirstSeen: first}
+		o.res = Result{Response: m.Response, Duplicate: true, FirstSeen: timeFromNano(m.FirstSeen)}
 		o.err, o.kind = nil, outcomeDuplicate
 	case layout.Failed:
-		o.res = Result{Duplicate: true, FirstSeen: first}
+		o.res = Result{Duplicate: true, FirstSeen: timeFromNano(m.FirstSeen)}
 		o.err, o.kind = &FailedError{Message: m.Error}, outcomeFailedReplayed
 	case layout.InProgress:
 		if now.UnixNano() >= m.LeaseUntil {
@@ -530,7 +551,7 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 	}
 	// Look again under the write lock: a concurrent group, or an earlier
 	// op of this one, may have written the mark since the snapshot.
-	found, err := db.findMarkFrom(w.btx, o.mkey, o.checkFrom)
+	found, err := db.findMarkFrom(w.btx, o.mkey, o.mhash, o.checkFrom)
 	if err != nil {
 		o.fail(outcomeAborted, err)
 		o.settled = true
