@@ -109,7 +109,12 @@ func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byt
 		db.stats.count(req.Handler, outcomeAborted)
 		return Result{}, requestError("apply", &req, err)
 	}
-	o, err := db.newOp(ctx, &req, effect)
+	var buf [cachedKeySize]byte
+	if res, ok, err := db.applyFromCache(ctx, &req, &buf); ok {
+		return res, err
+	}
+	r := req // the op may outlive this frame's use of req: it goes on the heap, req stays on the stack
+	o, err := db.newOp(ctx, &r, effect)
 	if err != nil {
 		db.stats.count(req.Handler, outcomeInvalid)
 		return Result{}, requestError("apply", &req, err)
@@ -411,17 +416,26 @@ func (db *DB) finish(o *op) (Result, error) {
 
 // settle counts and logs o's outcome and returns it as the caller sees it.
 func (db *DB) settle(o *op) (Result, error) {
-	db.stats.count(o.req.Handler, o.kind)
 	if o.kind == outcomeApplied {
 		defer runHooks(o.hooks)
 	}
-	if o.kind == outcomeDuplicate && db.log.Enabled(o.ctx, slog.LevelInfo) {
-		db.log.LogAttrs(o.ctx, slog.LevelInfo, "duplicate suppressed",
-			slog.String("handler", o.req.Handler),
-			slog.String("key", o.req.Key),
-			slog.Duration("age", db.clock.read().Sub(o.res.FirstSeen)))
+	return db.settleOutcome(o.ctx, o.req.Handler, o.req.Key, o.kind, o.res, o.err)
+}
+
+// settleOutcome is settle given the parts of the op it reads, so that an
+// op on the duplicate cache's path (applyFromCache) stays on the stack.
+func (db *DB) settleOutcome(ctx context.Context, handler, key string, kind outcome, res Result, err error) (Result, error) {
+	db.stats.count(handler, kind)
+	if kind == outcomeDuplicate && db.log.Enabled(ctx, slog.LevelInfo) {
+		db.log.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
+			slog.String("handler", handler),
+			slog.String("key", key),
+			slog.Duration("age", db.clock.read().Sub(res.FirstSeen)))
 	}
-	return o.res, requestError("apply", o.req, o.err)
+	if err == nil {
+		return res, nil
+	}
+	return res, requestError("apply", &Request{Handler: handler, Key: key}, err)
 }
 
 // errRetry rolls back a transaction of commitOpsLocked because one of its

@@ -23,6 +23,7 @@ package dupcache
 import (
 	"bytes"
 	"math"
+	"math/rand/v2"
 	"sync/atomic"
 
 	"github.com/oncekv/oncekv/internal/layout"
@@ -30,15 +31,16 @@ import (
 
 // The cache's bounds. Its memory is bounded by construction, whatever the
 // keys: at most Sets*Ways entries, each holding at most MaxEntryBytes of
-// key, response and error message beside its fixed fields, so under
-// 16384 * (256 + 160) bytes, about 7 MiB, plus 160 KiB of sets.
+// key, payload, response and error message beside its fixed fields (about
+// 200 bytes), so under 16384 * 512 bytes, 8 MiB, plus 160 KiB of sets.
 const (
 	// Sets is the number of sets; a key's set is its hash modulo Sets.
 	Sets = 4096
 	// Ways is the number of entries per set.
 	Ways = 4
 	// MaxEntryBytes is the largest key plus response plus error message
-	// an entry holds; a larger mark is not cached and is always read.
+	// (plus payload, when kept) an entry holds; a larger mark is not
+	// cached and is always read.
 	MaxEntryBytes = 256
 )
 
@@ -49,7 +51,11 @@ type Entry struct {
 	// Found is the mark and its window. Its Response is the cache's own
 	// copy: hand out copies of it.
 	Found layout.FoundMark
-	epoch uint64
+	// Payload, when HasPayload, is a payload whose SHA-256 is the mark's
+	// PayloadHash: a request with the same bytes matches without hashing.
+	Payload    []byte
+	HasPayload bool
+	epoch      uint64
 }
 
 type set struct {
@@ -86,11 +92,11 @@ func (c *Cache) Get(h uint64, mkey []byte) *Entry {
 	return nil
 }
 
-// Cacheable reports whether m, the mark of mkey, is final and small enough
-// for an entry.
-func Cacheable(mkey []byte, m *layout.Mark) bool {
+// Fits reports whether an entry may hold the final mark m of mkey, with
+// extra more bytes (a payload).
+func Fits(mkey []byte, m *layout.Mark, extra int) bool {
 	return (m.State == layout.Done || m.State == layout.Failed) &&
-		len(mkey)+len(m.Response)+len(m.Error) <= MaxEntryBytes
+		len(mkey)+len(m.Response)+len(m.Error)+extra <= MaxEntryBytes
 }
 
 // Put offers e, a final mark read from a snapshot opened after Epoch
@@ -102,9 +108,10 @@ func (c *Cache) Put(epoch uint64, e *Entry) {
 		return
 	}
 	e.epoch = epoch
-	// The way of the same key, else an empty or stale one, else one chosen
-	// by the hash's high bits, so that keys sharing a set take turns.
-	victim := int(e.Hash>>60) % Ways
+	// The way of the same key, else an empty or stale one, else one at
+	// random: keys crowding one set then take turns rather than two of
+	// them evicting each other every time.
+	victim := rand.IntN(Ways)
 	for i := range s.ways {
 		old := s.ways[i].Load()
 		if old == nil || old.epoch < s.stamp.Load() || (old.Hash == e.Hash && bytes.Equal(old.MKey, e.MKey)) {
