@@ -3,6 +3,7 @@ package oncekv
 import (
 	"bytes"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/oncekv/oncekv/bloom"
@@ -75,6 +76,9 @@ func (db *DB) applyFromCache(ctx context.Context, req *Request, buf *[cachedKeyS
 		if o.hash, err = fingerprint(req); err != nil {
 			return Result{}, false, nil
 		}
+		if !e.HasPayload && len(req.Fingerprint) == 0 && o.hash == e.Found.PayloadHash && dupcache.Fits(e.MKey, &e.Found.Mark, len(req.Payload)) {
+			db.dups.AddPayload(e, req.Payload)
+		}
 	}
 	m := e.Found
 	m.Response = bytes.Clone(m.Response) // the caller's to modify; the entry's stays
@@ -84,8 +88,47 @@ func (db *DB) applyFromCache(ctx context.Context, req *Request, buf *[cachedKeyS
 }
 
 // pin keeps the key hashed h (bloom.Sum64 of its mark key) out of the
-// duplicate cache until w has ended: w overwrites or deletes its mark.
+// duplicate cache until w has ended: w overwrites or deletes its mark. A
+// final mark w wrote for the key before is not cached after all (see
+// cacheFinalsLocked): only the key's last write may be.
 func (w *writeTx) pin(h uint64) {
 	w.db.dups.Pin(h)
 	w.pinned = append(w.pinned, h)
+	w.finals = slices.DeleteFunc(w.finals, func(f finalMark) bool { return f.hash == h })
+}
+
+// finalMark is a DONE or FAILED mark a write transaction wrote, for the
+// duplicate cache once it has committed.
+type finalMark struct {
+	hash   uint64
+	mkey   []byte
+	window int64
+	mark   layout.Mark
+}
+
+// noteFinal records m, just written as the mark of mkey (hashed h) in
+// window, when the duplicate cache may hold it.
+func (w *writeTx) noteFinal(h uint64, window int64, mkey []byte, m *layout.Mark) {
+	if dupcache.Fits(mkey, m, 0) {
+		w.finals = append(w.finals, finalMark{hash: h, mkey: mkey, window: window, mark: *m})
+	}
+}
+
+// cacheFinalsLocked runs after w committed, under writeMu: it unpins the
+// keys w pinned and caches the final marks it wrote, so that even the
+// first duplicate of a key, which usually comes soon after its first
+// delivery, needs no read transaction. Nothing can have changed them since
+// the commit: the next writer waits for writeMu.
+func (db *DB) cacheFinalsLocked(w *writeTx) {
+	db.dups.Unpin(w.pinned)
+	w.pinned = nil
+	epoch := db.dups.Epoch()
+	for i := range w.finals {
+		f := &w.finals[i]
+		e := &dupcache.Entry{Hash: f.hash, MKey: f.mkey, Found: layout.FoundMark{Mark: f.mark, Window: f.window}}
+		// The response may be the caller's slice (the result it is given,
+		// or a Complete's argument): the entry keeps its own.
+		e.Found.Response = bytes.Clone(f.mark.Response)
+		db.dups.Put(epoch, e)
+	}
 }

@@ -34,6 +34,30 @@ func askTwice(t *testing.T, db *oncekv.DB, req oncekv.Request) (oncekv.Result, e
 	return res2, err2
 }
 
+// requireDuplicate asks twice (see askTwice) and requires a duplicate
+// with the response want.
+func requireDuplicate(t *testing.T, db *oncekv.DB, req oncekv.Request, want string) oncekv.Result {
+	t.Helper()
+	res, err := askTwice(t, db, req)
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
+	require.Equal(t, want, string(res.Response))
+	return res
+}
+
+// openAnswered opens a store on a test clock, applies req with the response
+// "one", and asks for its duplicate, so that the mark is cached.
+func openAnswered(t *testing.T, req oncekv.Request) (*oncekv.DB, *oncetest.Clock, *int) {
+	t.Helper()
+	clock := oncetest.NewClock(epoch)
+	db := oncetest.Open(t, windowOpts(clock))
+	ran := new(int)
+	_, err := db.Apply(context.Background(), req, respond(ran, "one"))
+	require.NoError(t, err)
+	requireDuplicate(t, db, req, "one")
+	return db, clock, ran
+}
+
 // respond is an effect returning resp, counting its runs in ran.
 func respond(ran *int, resp string) func(*oncekv.Tx) ([]byte, error) {
 	return func(*oncekv.Tx) ([]byte, error) {
@@ -43,35 +67,23 @@ func respond(ran *int, resp string) func(*oncekv.Tx) ([]byte, error) {
 }
 
 func TestDuplicateAnswersFollowForget(t *testing.T) {
-	clock := oncetest.NewClock(epoch)
-	db := oncetest.Open(t, windowOpts(clock))
 	ctx := context.Background()
 	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("first")}
-	ran := 0
-	_, err := db.Apply(ctx, req, respond(&ran, "one"))
-	require.NoError(t, err)
-	res, err := askTwice(t, db, req)
-	require.NoError(t, err)
-	require.True(t, res.Duplicate)
-	require.Equal(t, "one", string(res.Response))
+	db, _, ran := openAnswered(t, req)
+	res := requireDuplicate(t, db, req, "one")
 	res.Response[0] = 'X' // the caller's copy, not the store's
-	res, err = askTwice(t, db, req)
-	require.NoError(t, err)
-	require.Equal(t, "one", string(res.Response))
-	_, err = askTwice(t, db, oncekv.Request{Handler: "h", Key: "k", Payload: []byte("other")})
+	requireDuplicate(t, db, req, "one")
+	_, err := askTwice(t, db, oncekv.Request{Handler: "h", Key: "k", Payload: []byte("other")})
 	require.ErrorIs(t, err, oncekv.ErrKeyReuse)
 
 	// Forgotten: the key is new again, for any payload.
 	require.NoError(t, db.Forget("h", "k"))
 	other := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("second")}
-	res, err = db.Apply(ctx, other, respond(&ran, "two"))
+	res, err = db.Apply(ctx, other, respond(ran, "two"))
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
-	require.Equal(t, 2, ran)
-	res, err = askTwice(t, db, other)
-	require.NoError(t, err)
-	require.True(t, res.Duplicate)
-	require.Equal(t, "two", string(res.Response))
+	require.Equal(t, 2, *ran)
+	requireDuplicate(t, db, other, "two")
 	_, err = askTwice(t, db, req)
 	require.ErrorIs(t, err, oncekv.ErrKeyReuse)
 
@@ -86,43 +98,26 @@ func TestDuplicateAnswersFollowForget(t *testing.T) {
 }
 
 func TestDuplicateAnswersFollowExpiry(t *testing.T) {
-	clock := oncetest.NewClock(epoch)
-	db := oncetest.Open(t, windowOpts(clock))
 	ctx := context.Background()
 	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
-	ran := 0
-	_, err := db.Apply(ctx, req, respond(&ran, "one"))
-	require.NoError(t, err)
-	res, err := askTwice(t, db, req)
-	require.NoError(t, err)
-	require.True(t, res.Duplicate)
+	db, clock, ran := openAnswered(t, req)
 
 	// Past the retention, but not expired yet: still a duplicate.
 	clock.Advance(26 * time.Hour)
-	res, err = askTwice(t, db, req)
-	require.NoError(t, err)
-	require.True(t, res.Duplicate)
+	requireDuplicate(t, db, req, "one")
 	st, err := db.Expire(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, int(st.Windows))
-	res, err = db.Apply(ctx, req, respond(&ran, "again"))
+	res, err := db.Apply(ctx, req, respond(ran, "again"))
 	require.NoError(t, err)
 	require.False(t, res.Duplicate, "a retry after its window expired is applied again")
-	require.Equal(t, 2, ran)
-	res, err = askTwice(t, db, req)
-	require.NoError(t, err)
-	require.Equal(t, "again", string(res.Response))
+	require.Equal(t, 2, *ran)
+	requireDuplicate(t, db, req, "again")
 }
 
 func TestDuplicateAnswersFollowLoadMarks(t *testing.T) {
-	clock := oncetest.NewClock(epoch)
-	db := oncetest.Open(t, windowOpts(clock))
-	ctx := context.Background()
 	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
-	_, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return []byte("here"), nil })
-	require.NoError(t, err)
-	_, err = askTwice(t, db, req)
-	require.NoError(t, err)
+	db, clock, _ := openAnswered(t, req)
 
 	// The key is forgotten and loaded from another store, with another
 	// payload and response.
@@ -136,10 +131,7 @@ func TestDuplicateAnswersFollowLoadMarks(t *testing.T) {
 	require.Equal(t, 1, n)
 	_, err = askTwice(t, db, req)
 	require.ErrorIs(t, err, oncekv.ErrKeyReuse)
-	res, err := askTwice(t, db, moved)
-	require.NoError(t, err)
-	require.True(t, res.Duplicate)
-	require.Equal(t, "there", string(res.Response))
+	requireDuplicate(t, db, moved, "there")
 }
 
 func TestDuplicateAnswersFollowClaims(t *testing.T) {
@@ -147,43 +139,36 @@ func TestDuplicateAnswersFollowClaims(t *testing.T) {
 	db := oncetest.Open(t, windowOpts(clock))
 	ctx := context.Background()
 
-	// Claimed: in progress, then completed.
-	done := oncekv.Request{Handler: "h", Key: "done", Payload: []byte("p")}
-	c, err := db.Claim(ctx, done, time.Minute)
+	// claimed claims key, and checks that its duplicates are in progress.
+	claimed := func(key string) (oncekv.Request, *oncekv.Claim) {
+		req := oncekv.Request{Handler: "h", Key: key, Payload: []byte("p")}
+		c, err := db.Claim(ctx, req, time.Minute)
+		require.NoError(t, err)
+		_, err = askTwice(t, db, req)
+		require.ErrorIs(t, err, oncekv.ErrInProgress)
+		return req, c
+	}
+
+	// Claimed, then completed.
+	done, c := claimed("done")
+	_, err := c.Complete(ctx, []byte("sent"), nil)
 	require.NoError(t, err)
-	_, err = askTwice(t, db, done)
-	require.ErrorIs(t, err, oncekv.ErrInProgress)
-	_, err = c.Complete(ctx, []byte("sent"), nil)
-	require.NoError(t, err)
-	res, err := askTwice(t, db, done)
-	require.NoError(t, err)
-	require.True(t, res.Duplicate)
-	require.Equal(t, "sent", string(res.Response))
+	requireDuplicate(t, db, done, "sent")
 	require.ErrorIs(t, db.ReleaseClaim("h", "done", c.Token()), oncekv.ErrClaimDone)
-	res, err = askTwice(t, db, done)
-	require.NoError(t, err)
-	require.Equal(t, "sent", string(res.Response))
+	requireDuplicate(t, db, done, "sent")
 
 	// Claimed, released by an operator, taken over by an Apply.
-	released := oncekv.Request{Handler: "h", Key: "released", Payload: []byte("p")}
-	c, err = db.Claim(ctx, released, time.Minute)
-	require.NoError(t, err)
-	_, err = askTwice(t, db, released)
-	require.ErrorIs(t, err, oncekv.ErrInProgress)
+	released, c := claimed("released")
 	require.NoError(t, db.ReleaseClaim("h", "released", c.Token()))
 	ran := 0
-	res, err = db.Apply(ctx, released, respond(&ran, "taken"))
+	res, err := db.Apply(ctx, released, respond(&ran, "taken"))
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
 	require.Equal(t, 1, ran)
-	res, err = askTwice(t, db, released)
-	require.NoError(t, err)
-	require.Equal(t, "taken", string(res.Response))
+	requireDuplicate(t, db, released, "taken")
 
 	// Claimed, failed for good.
-	failed := oncekv.Request{Handler: "h", Key: "failed", Payload: []byte("p")}
-	c, err = db.Claim(ctx, failed, time.Minute)
-	require.NoError(t, err)
+	failed, c := claimed("failed")
 	require.NoError(t, c.Fail(ctx, oncekv.Permanent(errors.New("bounced"))))
 	_, err = askTwice(t, db, failed)
 	var fe *oncekv.FailedError
@@ -204,9 +189,7 @@ func TestDuplicateAnswersFollowAMovedMark(t *testing.T) {
 	clock.Advance(30 * time.Hour)
 	_, err = c.Complete(ctx, []byte("late"), nil)
 	require.NoError(t, err)
-	res, err := askTwice(t, db, req)
-	require.NoError(t, err)
-	require.Equal(t, "late", string(res.Response))
+	requireDuplicate(t, db, req, "late")
 	info, err := db.Mark("h", "slow")
 	require.NoError(t, err)
 	require.True(t, info.Window.After(epoch), "the mark moved to a newer window")
@@ -216,10 +199,7 @@ func TestDuplicateAnswersFollowAMovedMark(t *testing.T) {
 	st, err := db.Expire(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, int(st.Windows))
-	res, err = askTwice(t, db, req)
-	require.NoError(t, err)
-	require.True(t, res.Duplicate)
-	require.Equal(t, "late", string(res.Response))
+	res := requireDuplicate(t, db, req, "late")
 	require.True(t, res.FirstSeen.Equal(epoch), res.FirstSeen)
 }
 

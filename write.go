@@ -33,8 +33,10 @@ type writeTx struct {
 	unmarked []int64
 	// pinned are the hashes of the keys whose existing mark this
 	// transaction overwrote or deleted, kept out of the duplicate cache
-	// until it has ended (see pin).
+	// until it has ended (see pin); finals are the final marks it wrote,
+	// for the cache once it has committed (see cacheFinalsLocked).
 	pinned []uint64
+	finals []finalMark
 	// bloomNegatives and bloomFalsePositives count the look-ups of this
 	// transaction, published with its outcome (see lookupCounts).
 	bloomNegatives, bloomFalsePositives uint64
@@ -196,6 +198,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	}
 	db.committedLocked(began, len(w.marked))
 	db.learnLocked(w.marked)
+	db.cacheFinalsLocked(w)
 	db.unlearnLocked(w.unmarked)
 	db.crashAt(crashAfterCommit)
 	return nil
@@ -281,6 +284,7 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *layout.Mark) error {
 	if !fresh {
 		w.pin(h)
 	}
+	w.noteFinal(h, window, mkey, m)
 	w.marked = append(w.marked, markedKey{window: window, mkey: mkey, hash: h, fresh: fresh})
 	if w.written == nil {
 		w.written = map[uint64]struct{}{}

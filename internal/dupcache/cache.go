@@ -122,6 +122,15 @@ func (c *Cache) Put(epoch uint64, e *Entry) {
 	s.ways[victim].Store(e)
 }
 
+// AddPayload puts a copy of e that also holds payload, a payload whose
+// SHA-256 is e's PayloadHash, so that the next request with these bytes
+// need not hash them. The copy is as valid as e: it was read at e's epoch.
+func (c *Cache) AddPayload(e *Entry, payload []byte) {
+	n := *e
+	n.Payload, n.HasPayload = bytes.Clone(payload), true
+	c.Put(e.epoch, &n)
+}
+
 // Pin stops the set of the key hashed h from answering until Unpin: the
 // caller's write transaction, not committed yet, changes or deletes the
 // key's mark.
