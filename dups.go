@@ -11,12 +11,13 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// The duplicate cache (DB.dups): the final marks that duplicates found in
-// a read transaction, so that the next duplicate of the key is answered
-// without one. See package dupcache for why it stays truthful; this file
-// holds the store's side of the bargain: readers offer what a snapshot
-// found, and every write transaction pins the keys whose existing mark it
-// overwrites or deletes until it has ended.
+// The duplicate cache (DB.dups): the final marks that writes committed and
+// duplicates found in a read transaction, so that a duplicate of the key
+// is answered without one. See package dupcache for why it stays truthful;
+// this file holds the store's side of the bargain: readers offer what a
+// snapshot found, and every write transaction pins the keys whose existing
+// mark it overwrites or deletes until it has ended, then offers the final
+// marks it wrote.
 
 // answerFromCache answers o from the cache of final marks, and reports
 // whether it could. A cached mark in a window that has expired since is

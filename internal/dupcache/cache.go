@@ -1,6 +1,6 @@
-// Package dupcache keeps the final (DONE or FAILED) marks that duplicates
-// asked for recently, so that the next duplicate of the same key is answered
-// from memory instead of a bbolt read transaction.
+// Package dupcache keeps final (DONE or FAILED) marks in memory, those
+// written or read recently, so that a duplicate of their key is answered
+// without a bbolt read transaction.
 //
 // A final mark never changes in place; it only disappears (its window
 // expires, an operator forgets it) and may then be written afresh. The
@@ -14,7 +14,9 @@
 //     a mark from, and offers the mark with that epoch (Put). Unpin stamps
 //     the set with an epoch greater than any taken before the commit, so a
 //     mark read from a snapshot older than the commit is never answered
-//     from, whenever it is offered.
+//     from, whenever it is offered. A writer may offer the marks it wrote
+//     with the epoch taken after its commit and its Unpin, while no other
+//     writer can run.
 //
 // Expiry deletes whole windows without naming their keys: the caller checks
 // an entry's Window against the expiry floor.
