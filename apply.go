@@ -339,12 +339,15 @@ func (db *DB) answerFromSnapshot(ops []*op) bool {
 	all := true
 	err := db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
-			now := db.clock.read()
+			var now time.Time // read once, and only for a claim: a final mark needs no time
 			for _, o := range ops {
 				if o.settled {
 					continue
 				}
 				m, err := db.lookIn(btx, live, o.mkey, o.mhash, math.MinInt64)
+				if m != nil && m.State == layout.InProgress && now.IsZero() {
+					now = db.clock.read()
+				}
 				switch {
 				case err != nil:
 					o.fail(outcomeAborted, err)
