@@ -66,9 +66,9 @@ type Result struct {
 // response it returned: a crash leaves both or neither. Later deliveries of
 // the same key and payload get that response back with Duplicate set,
 // without running effect, from a read transaction that takes no write lock
-// and no fsync, or, once a duplicate has read the mark, from a bounded
-// cache of final marks in memory, which every write that replaces or
-// deletes a mark (Forget, LoadMarks, expiry) keeps truthful.
+// and no fsync, or from a bounded cache of the final marks written or read
+// recently, which every write that replaces or deletes a mark (Forget,
+// LoadMarks, expiry) keeps truthful.
 //
 // If effect returns an error, everything it did is rolled back and nothing is
 // recorded, so a retry runs it again. If the error is wrapped with
