@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
@@ -65,7 +66,9 @@ type Result struct {
 // response it returned: a crash leaves both or neither. Later deliveries of
 // the same key and payload get that response back with Duplicate set,
 // without running effect, from a read transaction that takes no write lock
-// and no fsync.
+// and no fsync, or from a bounded cache of the final marks written or read
+// recently, which every write that replaces or deletes a mark (Forget,
+// LoadMarks, expiry) keeps truthful.
 //
 // If effect returns an error, everything it did is rolled back and nothing is
 // recorded, so a retry runs it again. If the error is wrapped with
@@ -109,7 +112,12 @@ func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byt
 		db.stats.count(req.Handler, outcomeAborted)
 		return Result{}, requestError("apply", &req, err)
 	}
-	o, err := db.newOp(ctx, &req, effect)
+	var buf [cachedKeySize]byte
+	if res, ok, err := db.applyFromCache(ctx, &req, &buf); ok {
+		return res, err
+	}
+	r := req // the op may outlive this frame's use of req: it goes on the heap, req stays on the stack
+	o, err := db.newOp(ctx, &r, effect)
 	if err != nil {
 		db.stats.count(req.Handler, outcomeInvalid)
 		return Result{}, requestError("apply", &req, err)
@@ -234,6 +242,7 @@ type op struct {
 	ctx    context.Context
 	req    *Request
 	mkey   []byte
+	mhash  uint64 // bloom.Sum64(mkey): hashed once for the filters, the cache and the write path
 	hash   [layout.HashSize]byte
 	effect func(*Tx) ([]byte, error)
 	index  int // position in ApplyBatch's reqs
@@ -288,44 +297,67 @@ func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte,
 		return nil, err
 	}
 	return &op{
-		ctx:  ctx,
-		req:  req,
-		mkey: mkey,
-		hash: hash,
+		ctx:   ctx,
+		req:   req,
+		mkey:  mkey,
+		mhash: bloom.Sum64(mkey),
+		hash:  hash,
 		// Until a snapshot has looked, every window must be read.
 		checkFrom: math.MinInt64,
 		effect:    effect,
 	}, nil
 }
 
-// answerFromSnapshot answers, from one read transaction, every op whose key
-// already has a final mark (or a live claim). This is the duplicate fast
-// path: no write lock, no fsync. It reports whether all ops were answered.
+// answerFromSnapshot answers, from the cache of final marks or else from
+// one read transaction, every op whose key already has a final mark (or a
+// live claim). This is the duplicate fast path: no write lock, no fsync. It
+// reports whether all ops were answered.
 //
 // An op left unanswered remembers which windows it has looked in and found
 // sealed, so that its write path need not look there again (findMarkFrom).
 func (db *DB) answerFromSnapshot(ops []*op) bool {
+	pending := 0
+	for _, o := range ops {
+		if db.answerFromCache(o) {
+			o.settled = true
+		} else {
+			pending++
+		}
+	}
+	if pending == 0 {
+		return true
+	}
 	// Read the window list before the snapshot: every window older than
 	// its newest was sealed by then, so the snapshot holds all its marks.
+	// The snapshot looks in these windows only: one created since holds
+	// only marks written since, which the write path looks for anyway.
 	live := db.windows.Windows()
 	sealedBelow := int64(math.MinInt64)
 	if len(live) > 0 {
 		sealedBelow = live[len(live)-1].Start
 	}
-	if len(ops) == 1 && !db.mayHaveMark(live, ops[0].mkey) {
+	if len(ops) == 1 && !db.mayHaveMark(live, ops[0].mhash) {
 		ops[0].checkFrom = sealedBelow
 		return false // certainly unseen: no need for a read transaction
 	}
+	epoch := db.dups.Epoch() // before the snapshot: see dupcache
 	all := true
 	err := db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
-			now := db.clock.read()
+			var now time.Time // read once, and only for a claim: a final mark needs no time
 			for _, o := range ops {
-				m, err := db.findMark(btx, o.mkey)
+				if o.settled {
+					continue
+				}
+				m, err := db.lookIn(btx, live, o.mkey, o.mhash, math.MinInt64)
+				if m != nil && m.State == layout.InProgress && now.IsZero() {
+					now = db.clock.read()
+				}
 				switch {
 				case err != nil:
 					o.fail(outcomeAborted, err)
 				case m != nil && o.answer(m, now):
+					db.offer(epoch, o, m)
 				default:
 					if m == nil {
 						o.checkFrom = sealedBelow
@@ -358,13 +390,12 @@ func (o *op) answer(m *layout.FoundMark, now time.Time) bool {
 		o.fail(outcomeKeyReuse, ErrKeyReuse)
 		return true
 	}
-	first := time.Unix(0, m.FirstSeen)
 	switch m.State {
 	case layout.Done:
-		o.res = Result{Response: m.Response, Duplicate: true, FirstSeen: first}
+		o.res = Result{Response: m.Response, Duplicate: true, FirstSeen: timeFromNano(m.FirstSeen)}
 		o.err, o.kind = nil, outcomeDuplicate
 	case layout.Failed:
-		o.res = Result{Duplicate: true, FirstSeen: first}
+		o.res = Result{Duplicate: true, FirstSeen: timeFromNano(m.FirstSeen)}
 		o.err, o.kind = &FailedError{Message: m.Error}, outcomeFailedReplayed
 	case layout.InProgress:
 		if now.UnixNano() >= m.LeaseUntil {
@@ -395,17 +426,26 @@ func (db *DB) finish(o *op) (Result, error) {
 
 // settle counts and logs o's outcome and returns it as the caller sees it.
 func (db *DB) settle(o *op) (Result, error) {
-	db.stats.count(o.req.Handler, o.kind)
 	if o.kind == outcomeApplied {
 		defer runHooks(o.hooks)
 	}
-	if o.kind == outcomeDuplicate && db.log.Enabled(o.ctx, slog.LevelInfo) {
-		db.log.LogAttrs(o.ctx, slog.LevelInfo, "duplicate suppressed",
-			slog.String("handler", o.req.Handler),
-			slog.String("key", o.req.Key),
-			slog.Duration("age", db.clock.read().Sub(o.res.FirstSeen)))
+	return db.settleOutcome(o.ctx, o.req.Handler, o.req.Key, o.kind, o.res, o.err)
+}
+
+// settleOutcome is settle given the parts of the op it reads, so that an
+// op on the duplicate cache's path (applyFromCache) stays on the stack.
+func (db *DB) settleOutcome(ctx context.Context, handler, key string, kind outcome, res Result, err error) (Result, error) {
+	db.stats.count(handler, kind)
+	if kind == outcomeDuplicate && db.log.Enabled(ctx, slog.LevelInfo) {
+		db.log.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
+			slog.String("handler", handler),
+			slog.String("key", key),
+			slog.Duration("age", db.clock.read().Sub(res.FirstSeen)))
 	}
-	return o.res, requestError("apply", o.req, o.err)
+	if err == nil {
+		return res, nil
+	}
+	return res, requestError("apply", &Request{Handler: handler, Key: key}, err)
 }
 
 // errRetry rolls back a transaction of commitOpsLocked because one of its
@@ -535,7 +575,7 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 	}
 	// Look again under the write lock: a concurrent group, or an earlier
 	// op of this one, may have written the mark since the snapshot.
-	found, err := db.findMarkFrom(w.btx, o.mkey, o.checkFrom)
+	found, err := db.findMarkFrom(w.btx, o.mkey, o.mhash, o.checkFrom)
 	if err != nil {
 		o.fail(outcomeAborted, err)
 		o.settled = true

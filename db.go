@@ -17,6 +17,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/oncekv/oncekv/internal/dupcache"
 	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/windows"
 	"github.com/oncekv/oncekv/window"
@@ -49,6 +50,8 @@ type DB struct {
 	current *writeTx
 	// windows are the live dedup windows and their filters.
 	windows *windows.Set
+	// dups caches final marks for the duplicate fast path (see dups.go).
+	dups dupcache.Cache
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock
 	// clockSaved, guarded by writeMu, is the store's time last saved in the

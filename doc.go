@@ -41,7 +41,9 @@
 //   - The effect's writes and the DONE mark commit in one transaction: after
 //     a crash at any instant, both are there or neither is.
 //   - A duplicate gets the stored response, byte for byte, and Duplicate set.
-//     It is served from a read transaction: no write lock, no fsync.
+//     It is served from a read transaction, or from a bounded cache of
+//     final marks that a forget, an expiry or a load invalidates before it
+//     becomes visible: no write lock, no fsync.
 //   - The same key with another payload is rejected with ErrKeyReuse; the
 //     store does not change. "Another payload" means other bytes, unless
 //     the request carries a Request.Fingerprint, which is compared instead

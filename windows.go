@@ -157,7 +157,7 @@ func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error)
 // transaction (an earlier request of the same group or batch), so for a key
 // written in the current transaction the look-up reads every window.
 func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*layout.FoundMark, error) {
-	return db.findMarkFrom(btx, mkey, math.MinInt64)
+	return db.findMarkFrom(btx, mkey, bloom.Sum64(mkey), math.MinInt64)
 }
 
 // findMarkFrom is findMark for a request that has already looked, in an
@@ -167,15 +167,22 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*layout.FoundMark, error) {
 // one, so a sealed window never gains a key, and what a snapshot did not
 // find there is not there now. The write path of such a request looks only
 // in the window or two that can still change, so its cost does not grow
-// with the number of live windows.
-func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*layout.FoundMark, error) {
-	floor := db.windows.Floor()
-	if btx.Writable() && db.current != nil && db.current.wrote(mkey) {
-		m, err := layout.FindMark(btx, mkey, floor)
-		return db.releaseOrphan(m), err
+// with the number of live windows. h is bloom.Sum64(mkey), which the
+// request hashed once.
+func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
+	if btx.Writable() && db.current != nil && len(db.current.written) > 0 {
+		if _, ok := db.current.written[h]; ok {
+			m, err := layout.FindMark(btx, mkey, db.windows.Floor())
+			return db.releaseOrphan(m), err
+		}
 	}
-	h := bloom.Sum64(mkey)
-	live := db.windows.Windows()
+	return db.lookIn(btx, db.windows.Windows(), mkey, h, from)
+}
+
+// lookIn is findMarkFrom in the windows of live (as db.windows listed them
+// at some point) only, for a read transaction, or for a write transaction
+// whose own marks do not include the key's.
+func (db *DB) lookIn(btx *bolt.Tx, live []*windows.Live, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
 	for i := len(live) - 1; i >= 0 && live[i].Start >= from; i-- {
 		w := live[i]
 		if w.Filter != nil && !db.filterMayContain(w.Filter, h) {
@@ -197,11 +204,11 @@ func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, from int64) (*layout.Found
 	return nil, nil
 }
 
-// mayHaveMark reports whether any of the live windows might hold mkey:
-// false means the key was certainly never seen (as of the last commit), and
-// the read transaction of the duplicate fast path can be skipped altogether.
-func (db *DB) mayHaveMark(live []*windows.Live, mkey []byte) bool {
-	h := bloom.Sum64(mkey)
+// mayHaveMark reports whether any of the live windows might hold the key
+// hashed h (bloom.Sum64 of its mark key): false means the key was certainly
+// never seen (as of the last commit), and the read transaction of the
+// duplicate fast path can be skipped altogether.
+func (db *DB) mayHaveMark(live []*windows.Live, h uint64) bool {
 	for _, w := range live {
 		if w.Filter == nil || db.filterMayContain(w.Filter, h) {
 			return true
@@ -309,6 +316,7 @@ func (w *writeTx) rewriteMark(from int64, mkey []byte, m *layout.Mark) (int64, e
 			if _, err := layout.DeleteMark(w.btx, from, mkey); err != nil {
 				return 0, err
 			}
+			w.pin(bloom.Sum64(mkey))
 			w.marked = append(w.marked, markedKey{window: from, mkey: mkey, removed: true})
 		}
 	}

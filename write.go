@@ -32,6 +32,12 @@ type writeTx struct {
 	opened map[int64]bool
 	// unmarked lists the windows of the marks deleted, one entry per mark.
 	unmarked []int64
+	// pinned are the hashes of the keys whose existing mark this
+	// transaction overwrote or deleted, kept out of the duplicate cache
+	// until it has ended (see pin); finals are the final marks it wrote,
+	// for the cache once it has committed (see cacheFinalsLocked).
+	pinned []uint64
+	finals []finalMark
 	// bloomNegatives and bloomFalsePositives count the look-ups of this
 	// transaction, published with its outcome (see lookupCounts).
 	bloomNegatives, bloomFalsePositives uint64
@@ -151,6 +157,13 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	var w *writeTx
 	var fnErr error
 	txid := 0 // read inside: a closed bbolt Tx reports ID -1
+	defer func() {
+		// Deferred, so that the keys are unpinned however the transaction
+		// ended: committed, rolled back, or left by a runtime.Goexit.
+		if w != nil {
+			db.dups.Unpin(w.pinned)
+		}
+	}()
 	began := time.Now()
 	// guard: a damaged page makes bbolt panic; the caller gets ErrCorrupt
 	// (and, as for any commit that did not finish, the DB is poisoned).
@@ -199,6 +212,7 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	}
 	db.committedLocked(began, len(w.marked))
 	db.learnLocked(w.marked)
+	db.cacheFinalsLocked(w)
 	db.unlearnLocked(w.unmarked)
 	db.crashAt(crashAfterCommit)
 	return nil
@@ -281,6 +295,10 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *layout.Mark) error {
 		return err
 	}
 	h := bloom.Sum64(mkey)
+	if !fresh {
+		w.pin(h)
+	}
+	w.noteFinal(h, window, mkey, m)
 	w.marked = append(w.marked, markedKey{window: window, mkey: mkey, hash: h, fresh: fresh})
 	switch {
 	case w.written != nil:
@@ -304,6 +322,7 @@ func (w *writeTx) deleteMark(window int64, mkey []byte) error {
 		return err
 	}
 	if deleted {
+		w.pin(bloom.Sum64(mkey))
 		w.unmarked = append(w.unmarked, window)
 	}
 	return nil

@@ -86,11 +86,14 @@ var ErrNotOncekv = errors.New("oncekv: not an oncekv database")
 // keeps ("ab","c") and ("a","bc") apart without forbidding any byte in either.
 // The caller checks the sizes first (see [CheckMarkKey]).
 func MarkKey(handler, key string) []byte {
-	b := make([]byte, markKeyOverhead+len(handler)+len(key))
-	binary.BigEndian.PutUint16(b, uint16(len(handler)))
-	copy(b[markKeyOverhead:], handler)
-	copy(b[markKeyOverhead+len(handler):], key)
-	return b
+	return AppendMarkKey(make([]byte, 0, markKeyOverhead+len(handler)+len(key)), handler, key)
+}
+
+// AppendMarkKey is [MarkKey] appending to dst, for a caller that has room
+// for a short key on its stack.
+func AppendMarkKey(dst []byte, handler, key string) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(handler)))
+	return append(append(dst, handler...), key...)
 }
 
 // SplitMarkKey is the inverse of [MarkKey]. It reports false for bytes that
