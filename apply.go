@@ -440,7 +440,7 @@ func (db *DB) settleOutcome(ctx context.Context, handler, key string, kind outco
 		db.log.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
 			slog.String("handler", handler),
 			slog.String("key", key),
-			slog.Duration("age", db.clock.read().Sub(res.FirstSeen)))
+			slog.Duration("age", db.clock.last().Sub(res.FirstSeen)))
 	}
 	if err == nil {
 		return res, nil

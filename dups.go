@@ -111,7 +111,11 @@ type finalMark struct {
 // window, when the duplicate cache may hold it.
 func (w *writeTx) noteFinal(h uint64, window int64, mkey []byte, m *layout.Mark) {
 	if dupcache.Fits(mkey, m, 0) {
-		w.finals = append(w.finals, finalMark{hash: h, mkey: mkey, window: window, mark: *m})
+		f := finalMark{hash: h, mkey: mkey, window: window, mark: *m}
+		// As a read of the mark would find it: only the stored part of the
+		// payload hash (a loaded mark may bring a whole SHA-256).
+		f.mark.PayloadHash = layout.Fingerprint(m.PayloadHash)
+		w.finals = append(w.finals, f)
 	}
 }
 

@@ -170,11 +170,9 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*layout.FoundMark, error) {
 // with the number of live windows. h is bloom.Sum64(mkey), which the
 // request hashed once.
 func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
-	if btx.Writable() && db.current != nil && len(db.current.written) > 0 {
-		if _, ok := db.current.written[h]; ok {
-			m, err := layout.FindMark(btx, mkey, db.windows.Floor())
-			return db.releaseOrphan(m), err
-		}
+	if btx.Writable() && db.current != nil && db.current.wroteHash(h) {
+		m, err := layout.FindMark(btx, mkey, db.windows.Floor())
+		return db.releaseOrphan(m), err
 	}
 	return db.lookIn(btx, db.windows.Windows(), mkey, h, from)
 }

@@ -344,10 +344,12 @@ func (db *DB) unlearnLocked(windows []int64) {
 
 // wrote reports whether this transaction may have written a mark for mkey.
 func (w *writeTx) wrote(mkey []byte) bool {
-	if len(w.marked) == 0 {
-		return false
-	}
-	h := bloom.Sum64(mkey)
+	return len(w.marked) > 0 && w.wroteHash(bloom.Sum64(mkey))
+}
+
+// wroteHash is wrote for a mark key hashed h (bloom.Sum64): the marks are
+// scanned while they are few, looked up in written past that.
+func (w *writeTx) wroteHash(h uint64) bool {
 	if w.written != nil {
 		_, ok := w.written[h]
 		return ok
