@@ -97,13 +97,21 @@ func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
 	}
 	resp := bytes.Clone(response)
 	mark := layout.Mark{State: layout.Done, PayloadHash: o.hash, Response: resp, FirstSeen: w.now.UnixNano()}
-	window := w.db.placeMark(w.now)
 	if found != nil {
-		// An expired claim is taken over where it was first seen, as Apply
-		// does.
-		mark.FirstSeen, window = found.FirstSeen, found.Window
+		// An expired claim is taken over as Apply does: it keeps its
+		// first-seen time, and rewriteMark moves it out of its window when
+		// that would expire before Retention from now, the least a mark
+		// written now is deduplicated for.
+		// The mark takes a token greater than the claim's, so the
+		// holder's late Complete gets a *FenceError with both.
+		mark.FirstSeen = found.FirstSeen
+		if mark.Token, err = layout.NextClaimToken(w.btx); err == nil {
+			_, err = w.rewriteMark(found.Window, o.mkey, &mark)
+		}
+	} else {
+		err = w.putMark(w.db.placeMark(w.now), o.mkey, &mark)
 	}
-	if err := w.putMark(window, o.mkey, &mark); err != nil {
+	if err != nil {
 		return Result{}, outcomeAborted, fmt.Errorf("oncekv: write mark: %w", err)
 	}
 	return Result{Response: bytes.Clone(resp), FirstSeen: timeFromNano(mark.FirstSeen)}, outcomeApplied, nil

@@ -1,0 +1,91 @@
+package oncekv_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/oncetest"
+)
+
+// Adversarial review of issue 11's cache of final marks and write path:
+// each test here failed on the code it was written against.
+
+// TestReviewTxMarkTakeoverKeepsRetention: Tx.Mark that takes over an
+// expired claim writes a DONE mark now, so the key must stay deduplicated
+// for Retention from now, as Apply's takeover and a late Complete do. The
+// mark must not stay in the claim's old window, which expires sooner.
+func TestReviewTxMarkTakeoverKeepsRetention(t *testing.T) {
+	ctx := context.Background()
+	clock := oncetest.NewClock(epoch)
+	db := oncetest.Open(t, windowOpts(clock)) // 1h windows, 24h retention
+	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
+	c, err := db.Claim(ctx, req, time.Minute)
+	require.NoError(t, err)
+
+	// The claim's lease ran out long ago; a transaction marks the key.
+	clock.Advance(10 * time.Hour)
+	marked := clock.Now()
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		res, err := tx.Mark(req, []byte("marked"))
+		require.NoError(t, err)
+		require.False(t, res.Duplicate)
+		return nil
+	}))
+
+	// The old holder is fenced off with both tokens, as after Apply's
+	// takeover.
+	_, err = c.Complete(ctx, []byte("late"), nil)
+	var fe *oncekv.FenceError
+	require.ErrorAs(t, err, &fe)
+	require.Greater(t, fe.Stored, c.Token())
+
+	// Past the claim's first window's expiry, well within Retention of the
+	// mark: still a duplicate.
+	clock.Set(epoch.Add(26 * time.Hour))
+	require.Less(t, clock.Now().Sub(marked), 24*time.Hour)
+	_, err = db.Expire(ctx)
+	require.NoError(t, err)
+	res, err := db.Apply(ctx, req, mustNotApply(t))
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
+	require.Equal(t, "marked", string(res.Response))
+}
+
+// TestReviewNilAndEmptyResponsesStayDistinct: Result.Response promises nil
+// and empty stay distinct, on every path a duplicate can be answered by:
+// the cache filled by the commit, a read transaction after reopen, and the
+// cache filled by that read.
+func TestReviewNilAndEmptyResponsesStayDistinct(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "r.db")
+	opts := &oncekv.Options{NoSync: true, ExpireInterval: -1}
+	db, err := oncekv.Open(path, opts)
+	require.NoError(t, err)
+	cases := map[string][]byte{"nil": nil, "empty": {}}
+	check := func(when string) {
+		for key, want := range cases {
+			res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: key}, mustNotApply(t))
+			require.NoError(t, err)
+			require.True(t, res.Duplicate)
+			require.Equal(t, want == nil, res.Response == nil, "%s response %s: %#v", key, when, res.Response)
+			require.Empty(t, res.Response)
+		}
+	}
+	for key, resp := range cases {
+		res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: key}, func(*oncekv.Tx) ([]byte, error) { return resp, nil })
+		require.NoError(t, err)
+		require.Equal(t, resp == nil, res.Response == nil, key)
+	}
+	check("cached by the commit")
+	require.NoError(t, db.Close())
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	defer db.Close()
+	check("read after reopen")
+	check("cached by the read")
+}
