@@ -530,7 +530,9 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effec
 	case c.mu.state != claimHeld:
 		err = ErrClaimDone
 	default:
-		o := &op{ctx: ctx, req: &c.req}
+		// mkey makes the claim's own key the one its effect may not
+		// Tx.Mark (ErrMarkOwnKey): the step writes that mark itself.
+		o := &op{ctx: ctx, req: &c.req, mkey: c.mkey}
 		if effect != nil {
 			o.effect = func(tx *Tx) ([]byte, error) { return nil, effect(tx) }
 		}

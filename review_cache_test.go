@@ -89,3 +89,30 @@ func TestReviewNilAndEmptyResponsesStayDistinct(t *testing.T) {
 	check("read after reopen")
 	check("cached by the read")
 }
+
+// TestReviewTxMarkOwnKeyInCompleteEffect: Complete's effect runs in the
+// transaction that writes the claim's DONE mark, as Apply's effect does, so
+// Tx.Mark of the claim's own key there is ErrMarkOwnKey and writes
+// nothing, whether the lease is live or has run out (the holder may still
+// complete then): the mark is Complete's to write.
+func TestReviewTxMarkOwnKeyInCompleteEffect(t *testing.T) {
+	for _, expired := range []bool{false, true} {
+		ctx := context.Background()
+		db, clock := openClocked(t)
+		req := oncekv.Request{Handler: "h", Key: "own", Payload: []byte("p")}
+		c := mustClaim(t, db, req)
+		if expired {
+			clock.Advance(2 * lease)
+		}
+		res, err := c.Complete(ctx, []byte("completed"), func(tx *oncekv.Tx) error {
+			_, err := tx.Mark(req, []byte("marked"))
+			require.ErrorIs(t, err, oncekv.ErrMarkOwnKey, "lease expired: %v", expired)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, "completed", string(res.Response))
+		res, err = db.Apply(ctx, req, mustNotApply(t))
+		require.NoError(t, err)
+		require.Equal(t, "completed", string(res.Response))
+	}
+}

@@ -8,9 +8,10 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// ErrMarkOwnKey is returned by Tx.Mark called from Apply's effect with the
-// very (handler, key) that Apply is applying: Apply writes that mark
-// itself when the effect returns.
+// ErrMarkOwnKey is returned by Tx.Mark (and Tx.LookupMark) called from
+// Apply's effect with the very (handler, key) that Apply is applying, or
+// from Claim.Complete's effect with the claim's own: Apply or Complete
+// writes that mark itself when the effect returns.
 var ErrMarkOwnKey = errors.New("oncekv: mark: the key is the one its Apply is applying")
 
 // Mark records req in the open write transaction exactly as Apply would
