@@ -103,6 +103,13 @@ type Result struct {
 // it, so effect may run more than once. Only the run that commits leaves
 // changes, so effect must change nothing outside tx. A nil effect records
 // the mark only, with a nil response.
+//
+// effect must not write through the DB itself (Apply, ApplyBatch, Claim,
+// Update, Forget, ...): the commit running it holds the write lock such a
+// call waits for, so a call with a context waits until that context ends,
+// and one without waits forever. A duplicate is answered without the lock,
+// but a new key is not. To record another key in the same transaction, use
+// Tx.Mark.
 func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byte, error)) (Result, error) {
 	if !db.life.enter() {
 		return Result{}, ErrClosed

@@ -116,3 +116,30 @@ func TestReviewTxMarkOwnKeyInCompleteEffect(t *testing.T) {
 		require.Equal(t, "completed", string(res.Response))
 	}
 }
+
+// TestReviewApplyInsideAnEffectWaitsForItsContext: an effect that calls
+// Apply on its own DB for a new key asks for the write lock its own
+// commit holds. The inner call must give up when its context ends (every
+// wait honours its context), and the outer call must still commit.
+func TestReviewApplyInsideAnEffectWaitsForItsContext(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
+	ctx := context.Background()
+	var inner error
+	res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: "outer"}, func(*oncekv.Tx) ([]byte, error) {
+		ictx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, inner = db.Apply(ictx, oncekv.Request{Handler: "h", Key: "inner"}, func(*oncekv.Tx) ([]byte, error) {
+			return []byte("inner"), nil
+		})
+		return []byte("outer"), nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "outer", string(res.Response))
+	require.ErrorIs(t, inner, context.DeadlineExceeded)
+	// The inner key was not applied: a later Apply runs its effect.
+	ran := 0
+	res, err = db.Apply(ctx, oncekv.Request{Handler: "h", Key: "inner"}, respond(&ran, "later"))
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	require.Equal(t, 1, ran)
+}
