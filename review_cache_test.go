@@ -2,7 +2,12 @@ package oncekv_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"errors"
 	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,4 +147,98 @@ func TestReviewApplyInsideAnEffectWaitsForItsContext(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
 	require.Equal(t, 1, ran)
+}
+
+// TestReviewDuplicatesNeverStaleWhateverWrote: as
+// TestDuplicateAnswersNeverStaleUnderConcurrency, with the key written
+// afresh each round by another of the ways a final mark is written (Apply,
+// Tx.Mark, a claim completed, a released claim taken over by Apply,
+// LoadMarks, a permanent failure), while readers send duplicates. A
+// duplicate must never carry a round older than the last one written before
+// it was sent, nor one forgotten before it was sent.
+func TestReviewDuplicatesNeverStaleWhateverWrote(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
+	ctx := context.Background()
+	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
+	var written, forgotten atomic.Int64
+	written.Store(-1)
+	forgotten.Store(-1)
+	errReader := errors.New("a reader's effect: the key has no final mark")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var dups atomic.Int64
+	for range 3 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f, a := forgotten.Load(), written.Load()
+				res, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return nil, errReader })
+				var fe *oncekv.FailedError
+				var got string
+				switch {
+				case errors.Is(err, errReader), errors.Is(err, oncekv.ErrInProgress):
+					continue
+				case errors.As(err, &fe):
+					got = fe.Message
+				case !assertNoError(t, err):
+					return
+				default:
+					got = string(res.Response)
+				}
+				round, perr := strconv.ParseInt(got, 10, 64)
+				if perr != nil || round < a || round <= f {
+					t.Errorf("stale duplicate: round %q, sent after round %d was written and %d forgotten", got, a, f)
+					return
+				}
+				dups.Add(1)
+			}
+		})
+	}
+	const rounds = 240
+	for i := range int64(rounds) {
+		resp := []byte(strconv.FormatInt(i, 10))
+		switch i % 6 {
+		case 0:
+			_, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return resp, nil })
+			require.NoError(t, err)
+		case 1:
+			require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+				_, err := tx.Mark(req, resp)
+				return err
+			}))
+		case 2:
+			c, err := db.Claim(ctx, req, time.Hour)
+			require.NoError(t, err)
+			_, err = c.Complete(ctx, resp, nil)
+			require.NoError(t, err)
+		case 3:
+			c, err := db.Claim(ctx, req, time.Hour)
+			require.NoError(t, err)
+			require.NoError(t, db.ReleaseClaim("h", "k", c.Token()))
+			_, err = db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return resp, nil })
+			require.NoError(t, err)
+		case 4:
+			n, err := db.LoadMarks([]oncekv.MarkInfo{{Handler: "h", Key: "k", State: oncekv.MarkDone,
+				FirstSeen: db.Now(), Fingerprint: sha256.Sum256(req.Payload), Response: resp}})
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		case 5:
+			_, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return nil, oncekv.Permanent(errors.New(string(resp))) })
+			var fe *oncekv.FailedError
+			require.ErrorAs(t, err, &fe)
+		}
+		written.Store(i)
+		for range 3 { // let the readers fill the cache
+			_, _ = db.Apply(ctx, req, nil)
+		}
+		require.NoError(t, db.Forget("h", "k"))
+		forgotten.Store(i)
+	}
+	close(stop)
+	wg.Wait()
+	require.Positive(t, dups.Load())
 }
