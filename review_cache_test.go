@@ -242,3 +242,22 @@ func TestReviewDuplicatesNeverStaleWhateverWrote(t *testing.T) {
 	wg.Wait()
 	require.Positive(t, dups.Load())
 }
+
+// TestReviewTxMarkRefusesAResponseApplyWouldRefuse: Tx.Mark records a key
+// "exactly as Apply would", so a response larger than a mark can hold is
+// ErrResponseTooLarge there too, and writes nothing.
+func TestReviewTxMarkRefusesAResponseApplyWouldRefuse(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
+	oncekv.SetMaxResponseSize(db, 8)
+	req := oncekv.Request{Handler: "h", Key: "big"}
+	big := []byte("more than eight bytes")
+	_, err := db.Apply(context.Background(), req, func(*oncekv.Tx) ([]byte, error) { return big, nil })
+	require.ErrorIs(t, err, oncekv.ErrResponseTooLarge)
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		_, err := tx.Mark(req, big)
+		require.ErrorIs(t, err, oncekv.ErrResponseTooLarge)
+		return nil // the caller commits what else it did
+	}))
+	_, err = db.Mark("h", "big")
+	require.ErrorIs(t, err, oncekv.ErrNotFound, "nothing was written")
+}

@@ -33,8 +33,9 @@ var ErrMarkOwnKey = errors.New("oncekv: mark: the key is the one its Apply is ap
 //
 // Errors, wrapped in a *RequestError naming the handler and key:
 // ErrTxNotWritable in a read-only transaction, ErrTxClosed after it ended,
-// ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrMarkOwnKey, and
-// the answers above. An error writes nothing.
+// ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrMarkOwnKey,
+// ErrResponseTooLarge for a response larger than a mark can hold (as
+// Apply), and the answers above. An error writes nothing.
 func (tx *Tx) Mark(req Request, response []byte) (Result, error) {
 	res, kind, err := tx.mark(&req, response)
 	if w := tx.w; w != nil && kind != outcomeNone {
@@ -95,6 +96,11 @@ func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
 	w := tx.w
 	if found != nil && o.answer(found, w.now) {
 		return o.res, o.kind, o.err
+	}
+	if err := w.db.checkResponse(len(response)); err != nil {
+		// Refused as Apply refuses it, before anything is written: the
+		// transaction is the caller's, and may commit without this mark.
+		return Result{}, outcomeInvalid, err
 	}
 	resp := bytes.Clone(response)
 	mark := layout.Mark{State: layout.Done, PayloadHash: o.hash, Response: resp, FirstSeen: w.now.UnixNano()}
