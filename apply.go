@@ -696,10 +696,10 @@ func runEffect(tx *Tx, o *op) effectResult {
 	}
 	var r effectResult // on the stack: only runDetached's escapes
 	defer func() {
-		if o.goexit && o.step == nil {
+		if o.goexit {
 			// runtime.Goexit is ending this goroutine, the caller's, before
-			// finish could count the request: count it as decideOne would
-			// have for a detached effect.
+			// finish (or commitStep, for Complete's effect) could count the
+			// request: count it as they would for a detached effect.
 			tx.w.db.stats.count(o.req.Handler, outcomeEffectError)
 		}
 	}()

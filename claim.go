@@ -169,6 +169,12 @@ var errUserExit = errors.New("oncekv: the effect panicked or called runtime.Goex
 func (db *DB) commitStep(o *op, step func(w *writeTx) error) error {
 	o.step = step
 	db.group.submit(o)
+	if o.panicVal != nil || o.goexit {
+		// Complete's effect: an effect error, as for Apply (see finish).
+		// A runtime.Goexit on this goroutine never gets here: runEffect
+		// counted it.
+		db.stats.count(o.req.Handler, outcomeEffectError)
+	}
 	if o.panicVal != nil {
 		panic(o.panicVal)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -260,4 +261,34 @@ func TestReviewTxMarkRefusesAResponseApplyWouldRefuse(t *testing.T) {
 	}))
 	_, err = db.Mark("h", "big")
 	require.ErrorIs(t, err, oncekv.ErrNotFound, "nothing was written")
+}
+
+// TestReviewCompleteEffectPanicOrGoexitCountsAsEffectError: Stats.EffectErrors
+// counts Claim.Complete's effect errors, as Apply's; an effect that panics
+// or calls runtime.Goexit is one (Apply counts it so), and the claim still
+// holds the key.
+func TestReviewCompleteEffectPanicOrGoexitCountsAsEffectError(t *testing.T) {
+	for _, how := range []string{"panic", "goexit"} {
+		t.Run(how, func(t *testing.T) {
+			db, _ := openClocked(t)
+			c := mustClaim(t, db, welcome)
+			before := db.Stats()
+			returned, p := mustWithin(t, "Complete", func() {
+				_, _ = c.Complete(context.Background(), []byte("r"), func(*oncekv.Tx) error {
+					if how == "panic" {
+						panic("boom")
+					}
+					runtime.Goexit()
+					return nil
+				})
+			})
+			require.False(t, returned)
+			require.Equal(t, how == "panic", p != nil, p)
+			d := db.Stats().Total.Sub(before.Total)
+			require.Equal(t, uint64(1), d.EffectErrors, "%+v", d)
+			require.False(t, c.Done())
+			_, err := c.Complete(context.Background(), []byte("r"), nil)
+			require.NoError(t, err, "the claim still holds the key")
+		})
+	}
 }
