@@ -161,46 +161,18 @@ func TestReviewDuplicatesNeverStaleWhateverWrote(t *testing.T) {
 	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
 	ctx := context.Background()
 	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
-	var written, forgotten atomic.Int64
-	written.Store(-1)
-	forgotten.Store(-1)
-	errReader := errors.New("a reader's effect: the key has no final mark")
-	stop := make(chan struct{})
+	var rounds roundsSeen
+	rounds.written.Store(-1)
+	rounds.forgotten.Store(-1)
+	readers, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var dups atomic.Int64
 	for range 3 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				f, a := forgotten.Load(), written.Load()
-				res, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return nil, errReader })
-				var fe *oncekv.FailedError
-				var got string
-				switch {
-				case errors.Is(err, errReader), errors.Is(err, oncekv.ErrInProgress):
-					continue
-				case errors.As(err, &fe):
-					got = fe.Message
-				case !assertNoError(t, err):
-					return
-				default:
-					got = string(res.Response)
-				}
-				round, perr := strconv.ParseInt(got, 10, 64)
-				if perr != nil || round < a || round <= f {
-					t.Errorf("stale duplicate: round %q, sent after round %d was written and %d forgotten", got, a, f)
-					return
-				}
-				dups.Add(1)
-			}
-		})
+		wg.Go(func() { dups.Add(rounds.read(readers, t, db, req)) })
 	}
-	const rounds = 240
-	for i := range int64(rounds) {
+	// Before the store closes, even when the writer fails the test.
+	t.Cleanup(func() { stop(); wg.Wait() })
+	for i := range int64(240) {
 		resp := []byte(strconv.FormatInt(i, 10))
 		switch i % 6 {
 		case 0:
@@ -232,16 +204,47 @@ func TestReviewDuplicatesNeverStaleWhateverWrote(t *testing.T) {
 			var fe *oncekv.FailedError
 			require.ErrorAs(t, err, &fe)
 		}
-		written.Store(i)
+		rounds.written.Store(i)
 		for range 3 { // let the readers fill the cache
 			_, _ = db.Apply(ctx, req, nil)
 		}
 		require.NoError(t, db.Forget("h", "k"))
-		forgotten.Store(i)
+		rounds.forgotten.Store(i)
 	}
-	close(stop)
+	stop()
 	wg.Wait()
 	require.Positive(t, dups.Load())
+}
+
+// roundsSeen is the last round of a key written and forgotten, as the
+// writer of TestReviewDuplicatesNeverStaleWhateverWrote publishes them.
+type roundsSeen struct{ written, forgotten atomic.Int64 }
+
+// read sends duplicates of req until ctx ends, checks that each answer is
+// no older than the rounds published before it was sent, and returns how
+// many duplicates it checked.
+func (r *roundsSeen) read(ctx context.Context, t *testing.T, db *oncekv.DB, req oncekv.Request) int64 {
+	errUnmarked := errors.New("a reader's effect: the key has no final mark")
+	var n int64
+	for ctx.Err() == nil {
+		forgotten, written := r.forgotten.Load(), r.written.Load()
+		res, err := db.Apply(context.Background(), req, func(*oncekv.Tx) ([]byte, error) { return nil, errUnmarked })
+		if errors.Is(err, errUnmarked) || errors.Is(err, oncekv.ErrInProgress) {
+			continue
+		}
+		answer := string(res.Response)
+		if fe := (*oncekv.FailedError)(nil); errors.As(err, &fe) {
+			answer = fe.Message
+		} else if !assertNoError(t, err) {
+			return n
+		}
+		if round, perr := strconv.ParseInt(answer, 10, 64); perr != nil || round < written || round <= forgotten {
+			t.Errorf("stale duplicate: round %q, sent after round %d was written and %d forgotten", answer, written, forgotten)
+			return n
+		}
+		n++
+	}
+	return n
 }
 
 // TestReviewTxMarkRefusesAResponseApplyWouldRefuse: Tx.Mark records a key
