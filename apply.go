@@ -107,9 +107,9 @@ type Result struct {
 // effect must not write through the DB itself (Apply, ApplyBatch, Claim,
 // Update, Forget, ...): the commit running it holds the write lock such a
 // call waits for, so a call with a context waits until that context ends,
-// and one without waits forever. A duplicate is answered without the lock,
-// but a new key is not. To record another key in the same transaction, use
-// Tx.Mark.
+// and one without waits forever (as Close does, which waits for this very
+// call). A duplicate is answered without the lock, but a new key is not. To
+// record another key in the same transaction, use Tx.Mark.
 func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byte, error)) (Result, error) {
 	if !db.life.enter() {
 		return Result{}, ErrClosed
