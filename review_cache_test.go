@@ -295,3 +295,28 @@ func TestReviewCompleteEffectPanicOrGoexitCountsAsEffectError(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewCloseKeepsWhatAReadSaw: a lease seen run out by any reading of
+// the store's clock (here DB.Now, which writes nothing) stays run out
+// after Close and a reopen on a clock stepped back to inside the lease,
+// though Close itself takes no new reading.
+func TestReviewCloseKeepsWhatAReadSaw(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "c.db")
+	clock := oncetest.NewClock(claimEpoch)
+	opts := &oncekv.Options{NoSync: true, Now: clock.Now, KeepOrphanedClaims: true, ExpireInterval: -1}
+	db, err := oncekv.Open(path, opts)
+	require.NoError(t, err)
+	c := mustClaim(t, db, welcome)
+	clock.Advance(lease + 10*time.Second)
+	require.False(t, db.Now().Before(c.LeaseUntil()), "the store saw the lease run out")
+	require.NoError(t, db.Close())
+
+	clock.Set(claimEpoch.Add(lease / 2)) // stepped back to inside the lease
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	defer db.Close()
+	taken, err := db.Claim(ctx, welcome, lease)
+	require.NoError(t, err, "the lease the store saw run out stays run out")
+	require.Greater(t, taken.Token(), c.Token())
+}
