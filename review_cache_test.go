@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -103,23 +104,25 @@ func TestReviewNilAndEmptyResponsesStayDistinct(t *testing.T) {
 // complete then): the mark is Complete's to write.
 func TestReviewTxMarkOwnKeyInCompleteEffect(t *testing.T) {
 	for _, expired := range []bool{false, true} {
-		ctx := context.Background()
-		db, clock := openClocked(t)
-		req := oncekv.Request{Handler: "h", Key: "own", Payload: []byte("p")}
-		c := mustClaim(t, db, req)
-		if expired {
-			clock.Advance(2 * lease)
-		}
-		res, err := c.Complete(ctx, []byte("completed"), func(tx *oncekv.Tx) error {
-			_, err := tx.Mark(req, []byte("marked"))
-			require.ErrorIs(t, err, oncekv.ErrMarkOwnKey, "lease expired: %v", expired)
-			return nil
+		t.Run(fmt.Sprint("lease expired ", expired), func(t *testing.T) {
+			ctx := context.Background()
+			db, clock := openClocked(t)
+			req := oncekv.Request{Handler: "h", Key: "own", Payload: []byte("p")}
+			c := mustClaim(t, db, req)
+			if expired {
+				clock.Advance(2 * lease)
+			}
+			res, err := c.Complete(ctx, []byte("completed"), func(tx *oncekv.Tx) error {
+				_, err := tx.Mark(req, []byte("marked"))
+				require.ErrorIs(t, err, oncekv.ErrMarkOwnKey)
+				return nil
+			})
+			require.NoError(t, err)
+			require.Equal(t, "completed", string(res.Response))
+			res, err = db.Apply(ctx, req, mustNotApply(t))
+			require.NoError(t, err)
+			require.Equal(t, "completed", string(res.Response))
 		})
-		require.NoError(t, err)
-		require.Equal(t, "completed", string(res.Response))
-		res, err = db.Apply(ctx, req, mustNotApply(t))
-		require.NoError(t, err)
-		require.Equal(t, "completed", string(res.Response))
 	}
 }
 
