@@ -56,10 +56,16 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
+	newest := int64(math.MinInt64) // no live window: any stamp is stale
+	if len(live) > 0 {
+		newest = live[len(live)-1].Start
+	}
+	saved, state, stampErr := layout.NewestFilter(tx, newest)
+	db.opened.staleStamp = state == layout.FilterStale
 	if db.filtersOn() {
 		for i, w := range live {
 			if i == len(live)-1 {
-				w.Filter = db.loadNewestFilter(tx, w.Start)
+				w.Filter = db.loadNewestFilter(tx.ID(), w.Start, saved, state, stampErr)
 			} else if w.Filter = db.decodeFilter(tx, w.Start); w.Filter == nil {
 				db.opened.rebuiltSealed = append(db.opened.rebuiltSealed, w.Start)
 			}
@@ -111,15 +117,15 @@ func (db *DB) decodeOrWarn(raw []byte, start int64) *bloom.Filter {
 // anything short of proof means a rebuild: after a crash, the process that
 // died may have written marks the filter never learnt.
 //
-// tx must be Open's first look at the windows, before Open wrote anything
-// itself: a write of Open's own (a legacy file's upgrade) moves the file
-// past the stamp, and costs one rebuild.
-func (db *DB) loadNewestFilter(tx *bolt.Tx, start int64) *bloom.Filter {
-	raw, state, err := layout.NewestFilter(tx, start)
+// raw, state and err are what layout.NewestFilter found in the
+// transaction txid, Open's first look at the windows, before Open wrote
+// anything itself: a write of Open's own (a legacy file's upgrade) moves
+// the file past the stamp, and costs one rebuild.
+func (db *DB) loadNewestFilter(txid int, start int64, raw []byte, state layout.NewestFilterState, err error) *bloom.Filter {
 	switch state {
 	case layout.FilterCurrent:
 		if f := db.decodeOrWarn(raw, start); f != nil {
-			db.opened.provenTx = tx.ID()
+			db.opened.provenTx = txid
 			return f
 		}
 	case layout.FilterStale:
