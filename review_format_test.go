@@ -1,14 +1,18 @@
 package oncekv_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/fences"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -116,4 +120,127 @@ func compactedStaleFilter(t *testing.T, filters bool) {
 	require.NoError(t, err)
 	require.True(t, res.Duplicate, "d's effect ran twice: the copy trusted a filter written before d")
 	require.Equal(t, 1, runs)
+}
+
+// TestVersion2BucketsBesideHeaderedOnes: in a format 2 file upgraded by a
+// writable open, a bucket of the old layout keeps returning its values byte
+// for byte, even values that happen to be well-formed fence headers, and
+// keeps its keys' fences in the records bucket; a bucket created after the
+// upgrade stores the same values behind headers and returns them the same.
+// Both read alike after a reopen, DB.Check finds nothing, and an old mark
+// reports the fingerprint a new one would, read-only and after the upgrade.
+func TestVersion2BucketsBesideHeaderedOnes(t *testing.T) {
+	ctx := context.Background()
+	clock := oncetest.NewClock(newestFilterEpoch)
+	path := filepath.Join(t.TempDir(), "v2.db")
+	opts := timeOpts(clock, time.Hour, 24*time.Hour)
+	db, err := oncekv.Open(path, opts)
+	require.NoError(t, err)
+	applyKey(t, db, "done")
+	require.NoError(t, db.Close())
+	require.Equal(t, 1, rewriteAsVersion2(t, path))
+	values := map[string][]byte{
+		"empty": {},
+		"gone":  fences.AppendGone(nil, fences.Record{Fence: 9, Version: 2}),
+		"live":  fences.AppendLive(nil, fences.Record{Fence: 7, Version: 3}, []byte("x")),
+		"plain": fences.AppendPlain(nil, []byte("p")),
+		"tag":   {0x5a},
+	}
+	updateBolt(t, path, func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("u/old"))
+		if err != nil {
+			return err
+		}
+		for k, v := range values {
+			if err := b.Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	sum := sha256.Sum256([]byte("done"))
+	var want [sha256.Size]byte
+	copy(want[:16], sum[:16])
+	ro := *opts
+	ro.ReadOnly = true
+	db, err = oncekv.Open(path, &ro)
+	require.NoError(t, err)
+	info, err := db.Mark("h", "done")
+	require.NoError(t, err)
+	require.Equal(t, want, info.Fingerprint, "a format 2 mark, read-only")
+	require.NoError(t, db.Close())
+
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	info, err = db.Mark("h", "done")
+	require.NoError(t, err)
+	require.Equal(t, want, info.Fingerprint, "a format 2 mark, upgraded file")
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("new"))
+		if err != nil {
+			return err
+		}
+		for k, v := range values {
+			if err := b.Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	read := func(db *oncekv.DB) {
+		t.Helper()
+		require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+			for _, name := range []string{"old", "new"} {
+				b := tx.Bucket([]byte(name))
+				require.NotNil(t, b, name)
+				seen := map[string][]byte{}
+				require.NoError(t, b.ForEach(func(k, v []byte) error {
+					seen[string(k)] = bytes.Clone(v)
+					return nil
+				}))
+				require.Equal(t, values, seen, name)
+				var back []string
+				c := b.Cursor()
+				for k, v := c.Last(); k != nil; k, v = c.Prev() {
+					require.Equal(t, values[string(k)], v, "%s %s", name, k)
+					back = append(back, string(k))
+				}
+				require.Equal(t, []string{"tag", "plain", "live", "gone", "empty"}, back, name)
+				for k, v := range values {
+					require.Equal(t, v, b.Get([]byte(k)), "%s %s", name, k)
+					require.Zero(t, b.Fence([]byte(k)), "%s %s", name, k)
+					require.Zero(t, b.Version([]byte(k)), "%s %s", name, k)
+				}
+			}
+			return nil
+		}))
+	}
+	read(db)
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		for _, name := range []string{"old", "new"} {
+			b := tx.Bucket([]byte(name))
+			require.NoError(t, b.PutFenced([]byte("live"), values["live"], 1), name)
+			require.ErrorIs(t, b.PutFenced([]byte("live"), values["live"], 1), oncekv.ErrFenced, name)
+		}
+		return nil
+	}))
+	require.NoError(t, db.Close())
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	defer db.Close()
+	read2 := func() {
+		require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+			for _, name := range []string{"old", "new"} {
+				b := tx.Bucket([]byte(name))
+				require.Equal(t, uint64(1), b.Fence([]byte("live")), name)
+				require.Equal(t, values["live"], b.Get([]byte("live")), name)
+			}
+			return nil
+		}))
+	}
+	read2()
+	require.NoError(t, db.Check(func(p error) error { return p }))
+	res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: "done", Payload: []byte("done")}, mustNotRunApply(t))
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
 }
