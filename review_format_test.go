@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -243,4 +244,56 @@ func TestVersion2BucketsBesideHeaderedOnes(t *testing.T) {
 	res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: "done", Payload: []byte("done")}, mustNotRunApply(t))
 	require.NoError(t, err)
 	require.True(t, res.Duplicate)
+}
+
+// TestLoadMarksAcrossWindowsKeepsSealedFilters: LoadMarks writes, in one
+// transaction, marks of the newest window and then of a newer one, which
+// seals the newest window and persists its filter. That filter must hold
+// the marks the same call wrote into the window just before: after a
+// reopen, which loads it instead of reading the window's keys, each of
+// them is still a duplicate (the filters are in charge, no hook). Marks
+// given out of order (an older window's after a newer one's) must not
+// slip into a window whose filter was already persisted either.
+func TestLoadMarksAcrossWindowsKeepsSealedFilters(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		order []int // the window of each mark, in hours after the first
+	}{
+		{"oldest first", []int{0, 0, 1, 1, 2}},
+		{"out of order", []int{0, 1, 0, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clock := oncetest.NewClock(newestFilterEpoch)
+			path := filepath.Join(t.TempDir(), "x.db")
+			opts := newestFilterOpts(clock)
+			db, err := oncekv.Open(path, opts)
+			require.NoError(t, err)
+			applyKey(t, db, "first") // the newest window: the first hour's
+			var marks []oncekv.MarkInfo
+			first := newestFilterEpoch.Truncate(time.Hour)
+			for i, h := range tc.order {
+				key := fmt.Sprint("loaded-", i)
+				sum := sha256.Sum256([]byte(key))
+				marks = append(marks, oncekv.MarkInfo{Handler: "h", Key: key, State: oncekv.MarkDone,
+					Fingerprint: sum, Response: []byte(key), FirstSeen: first.Add(time.Duration(h)*time.Hour + time.Minute)})
+			}
+			clock.Advance(3 * time.Hour)
+			n, err := db.LoadMarks(marks)
+			require.NoError(t, err)
+			require.Equal(t, len(marks), n)
+			require.NoError(t, db.Close())
+
+			for range 2 { // the reopen loads the sealed filters; the next one too
+				db, err = oncekv.Open(path, opts)
+				require.NoError(t, err)
+				for _, m := range marks {
+					res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: m.Key, Payload: []byte(m.Key)}, mustNotRunApply(t))
+					require.NoError(t, err, m.Key)
+					require.True(t, res.Duplicate, "%s: loaded, then run as new after a reopen", m.Key)
+				}
+				require.NoError(t, db.Close())
+			}
+		})
+	}
 }
