@@ -297,3 +297,88 @@ func TestLoadMarksAcrossWindowsKeepsSealedFilters(t *testing.T) {
 		})
 	}
 }
+
+// TestDamagedHeaderEveryOperation: a key whose fence header is damaged on
+// disk, in every way a header can be (an unknown kind, cut short, a
+// checksum that fails, a tombstone with bytes after it, empty), panics
+// nothing: reads see no value, and every write of the key, and the
+// deletion of its bucket (which must carry its fence on), is refused with
+// ErrCorrupt naming the bucket and the key, changing nothing. The other
+// keys stay readable and writable.
+func TestDamagedHeaderEveryOperation(t *testing.T) {
+	damages := map[string]func(rec []byte) []byte{
+		"unknown kind": func(rec []byte) []byte { rec[0] = 0x77; return rec },
+		"cut short":    func(rec []byte) []byte { return rec[:9] },
+		"checksum":     func(rec []byte) []byte { rec[3] ^= 0x01; return rec },
+		"tombstone tail": func(rec []byte) []byte {
+			return append(fences.AppendGone(nil, fences.Record{Fence: 5, Version: 1}), 'x')
+		},
+		"empty":             func([]byte) []byte { return []byte{} },
+		"kind of tombstone": func(rec []byte) []byte { rec[0] = 0xa5; return rec },
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			db := oncetest.Open(t, &oncekv.Options{NoSync: true})
+			require.NoError(t, putFenced(db, "a", []byte("1"), 5))
+			require.NoError(t, putFenced(db, "b", []byte("2"), 5))
+			path := db.Path()
+			require.NoError(t, db.Close())
+			updateBolt(t, path, func(tx *bolt.Tx) error {
+				ub := tx.Bucket(append([]byte("u/"), registers...))
+				return ub.Put([]byte("a"), damage(bytes.Clone(ub.Get([]byte("a")))))
+			})
+			db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
+			require.NoError(t, err)
+			defer db.Close()
+			corrupt := func(err error) {
+				t.Helper()
+				require.ErrorIs(t, err, oncekv.ErrCorrupt)
+				var re *oncekv.RecordError
+				require.ErrorAs(t, err, &re)
+				require.Equal(t, "u/registers", re.Bucket)
+				require.Equal(t, "a", re.Key)
+			}
+			require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+				b := tx.Bucket(registers)
+				require.Nil(t, b.Get([]byte("a")))
+				require.Zero(t, b.Fence([]byte("a")))
+				require.Zero(t, b.Version([]byte("a")))
+				corrupt(b.ForEach(func(k, v []byte) error { return nil }))
+				var keys []string
+				c := b.Cursor()
+				for k, _ := c.First(); k != nil; k, _ = c.Next() {
+					keys = append(keys, string(k))
+				}
+				for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+					keys = append(keys, string(k))
+				}
+				k, _ := c.Seek([]byte("a"))
+				keys = append(keys, string(k))
+				require.Equal(t, []string{"b", "b", "b"}, keys)
+				return nil
+			}))
+			writes := map[string]func(b *oncekv.Bucket) error{
+				"Put":          func(b *oncekv.Bucket) error { return b.Put([]byte("a"), []byte("x")) },
+				"PutFenced":    func(b *oncekv.Bucket) error { return b.PutFenced([]byte("a"), []byte("x"), 99) },
+				"PutIfVersion": func(b *oncekv.Bucket) error { return b.PutIfVersion([]byte("a"), []byte("x"), 0) },
+				"Delete":       func(b *oncekv.Bucket) error { return b.Delete([]byte("a")) },
+			}
+			for op, write := range writes {
+				corrupt(update(t, db, write))
+				require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+					require.Nil(t, tx.Bucket(registers).Get([]byte("a")), op)
+					return nil
+				}))
+			}
+			corrupt(db.Update(func(tx *oncekv.Tx) error { return tx.DeleteBucket(registers) }))
+			require.NoError(t, update(t, db, func(b *oncekv.Bucket) error {
+				require.ErrorIs(t, b.PutFenced([]byte("b"), []byte("3"), 5), oncekv.ErrFenced)
+				return b.PutFenced([]byte("b"), []byte("3"), 6)
+			}))
+			var problems []error
+			require.NoError(t, db.Check(func(p error) error { problems = append(problems, p); return nil }))
+			require.Len(t, problems, 1)
+			corrupt(problems[0])
+		})
+	}
+}
