@@ -152,12 +152,7 @@ func TestVersion2BucketsBesideHeaderedOnes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for k, v := range values {
-			if err := b.Put([]byte(k), v); err != nil {
-				return err
-			}
-		}
-		return nil
+		return putAll(b.Put, values)
 	})
 	sum := sha256.Sum256([]byte("done"))
 	var want [sha256.Size]byte
@@ -181,12 +176,7 @@ func TestVersion2BucketsBesideHeaderedOnes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for k, v := range values {
-			if err := b.Put([]byte(k), v); err != nil {
-				return err
-			}
-		}
-		return nil
+		return putAll(b.Put, values)
 	}))
 	read := func(db *oncekv.DB) {
 		t.Helper()
@@ -296,6 +286,16 @@ func TestLoadMarksAcrossWindowsKeepsSealedFilters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// putAll puts every key of values with put.
+func putAll(put func(k, v []byte) error, values map[string][]byte) error {
+	for k, v := range values {
+		if err := put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TestDamagedHeaderEveryOperation: a key whose fence header is damaged on
