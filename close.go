@@ -25,6 +25,10 @@ type openedFilters struct {
 	// rebuilt counts the windows whose filter Open rebuilt by reading
 	// every key (see FiltersRebuiltAtOpen in export_test.go).
 	rebuilt int
+	// staleStamp is set when the file holds a newest-window filter whose
+	// stamp no longer matches it, for a writable Open to delete (see
+	// layout.DropNewestFilter), whether or not filters are on.
+	staleStamp bool
 }
 
 // closeSave is what Close writes for the next Open, in one transaction.

@@ -188,6 +188,13 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
+	if db.opened.staleStamp && !o.ReadOnly {
+		// Only after a crash (or a compaction): the rebuild costs more.
+		if err := b.Update(layout.DropNewestFilter); err != nil {
+			_ = b.Close()
+			return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
+		}
+	}
 	db.noteHighWater()
 	if n := db.windows.Newest(); n != nil {
 		db.clock.atLeast(n.Start) // a restart must not turn the clock back either

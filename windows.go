@@ -56,10 +56,16 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
+	newest := int64(math.MinInt64) // no live window: any stamp is stale
+	if len(live) > 0 {
+		newest = live[len(live)-1].Start
+	}
+	saved, state, stampErr := layout.NewestFilter(tx, newest)
+	db.opened.staleStamp = state == layout.FilterStale
 	if db.filtersOn() {
 		for i, w := range live {
 			if i == len(live)-1 {
-				w.Filter = db.loadNewestFilter(tx, w.Start)
+				w.Filter = db.loadNewestFilter(tx.ID(), w.Start, saved, state, stampErr)
 			} else if w.Filter = db.decodeFilter(tx, w.Start); w.Filter == nil {
 				db.opened.rebuiltSealed = append(db.opened.rebuiltSealed, w.Start)
 			}
@@ -111,15 +117,15 @@ func (db *DB) decodeOrWarn(raw []byte, start int64) *bloom.Filter {
 // anything short of proof means a rebuild: after a crash, the process that
 // died may have written marks the filter never learnt.
 //
-// tx must be Open's first look at the windows, before Open wrote anything
-// itself: a write of Open's own (a legacy file's upgrade) moves the file
-// past the stamp, and costs one rebuild.
-func (db *DB) loadNewestFilter(tx *bolt.Tx, start int64) *bloom.Filter {
-	raw, state, err := layout.NewestFilter(tx, start)
+// raw, state and err are what layout.NewestFilter found in the
+// transaction txid, Open's first look at the windows, before Open wrote
+// anything itself: a write of Open's own (a legacy file's upgrade) moves
+// the file past the stamp, and costs one rebuild.
+func (db *DB) loadNewestFilter(txid int, start int64, raw []byte, state layout.NewestFilterState, err error) *bloom.Filter {
 	switch state {
 	case layout.FilterCurrent:
 		if f := db.decodeOrWarn(raw, start); f != nil {
-			db.opened.provenTx = tx.ID()
+			db.opened.provenTx = txid
 			return f
 		}
 	case layout.FilterStale:
@@ -225,25 +231,72 @@ func (db *DB) filterMayContain(f *bloom.Filter, h uint64) bool {
 	return maybe
 }
 
-// placeMark returns the window a new mark goes into at now.
+// placeMark returns the window a new mark goes into at now. It runs in a
+// write transaction, and goes no earlier than a window that transaction
+// opened: opening it sealed the window before, whose filter is persisted
+// as it stands (see sealLocked), so a key that went there after would be
+// missing from it at the next Open. (LoadMarks places each mark at its own
+// time, in any order.)
 func (db *DB) placeMark(now time.Time) int64 {
-	return db.windows.Place(db.window, now.UnixNano())
+	start := db.windows.Place(db.window, now.UnixNano())
+	if w := db.current; w != nil {
+		for opened := range w.opened {
+			start = max(start, opened)
+		}
+	}
+	return start
 }
 
 // sealLocked persists the filter of the newest window before a newer window
 // receives its first mark, in the same transaction. From then on the sealed
 // window only receives rewrites of marks it already holds, so the stored
 // filter stays complete, and Open can load it instead of reading every key.
+//
+// The in-memory filter learns a transaction's marks only once it has
+// committed, so the stored one also gets the new marks this transaction
+// (db.current, which runs it) wrote into the window before sealing it: a
+// LoadMarks of marks of both windows.
 func (db *DB) sealLocked(btx *bolt.Tx, newStart int64) error {
 	newest := db.windows.Newest()
 	if newest == nil || newest.Start >= newStart || newest.Filter == nil {
 		return nil
 	}
 	enc, err := newest.Filter.MarshalBinary()
+	if err == nil {
+		enc, err = db.withMarksOfCurrent(enc, newest.Start)
+	}
 	if err != nil {
 		return fmt.Errorf("oncekv: encode window filter: %w", err)
 	}
 	return layout.PutFilter(btx, newest.Start, enc)
+}
+
+// withMarksOfCurrent returns enc, an encoded filter of the window starting
+// at start, with the keys of the new marks the current transaction wrote
+// into that window added. The in-memory filter is left alone: readers use
+// it, and this transaction may still roll back.
+func (db *DB) withMarksOfCurrent(enc []byte, start int64) ([]byte, error) {
+	w := db.current
+	if w == nil {
+		return enc, nil
+	}
+	var f *bloom.Filter
+	for _, m := range w.marked {
+		if m.window != start || !m.fresh || m.removed {
+			continue
+		}
+		if f == nil {
+			var err error
+			if f, err = bloom.Decode(enc); err != nil {
+				return nil, err
+			}
+		}
+		f.Add(m.hash)
+	}
+	if f == nil {
+		return enc, nil
+	}
+	return f.MarshalBinary()
 }
 
 // learnLocked publishes what a committed transaction wrote: new windows,

@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 func init() {
@@ -61,6 +62,13 @@ func runCompact(out io.Writer, src, dst string, txMax int64) (err error) {
 		return fmt.Errorf("oncekv: compact: open %s: %w", dst, err)
 	}
 	if err := bolt.Compact(to, from, txMax); err != nil {
+		return errors.Join(fmt.Errorf("oncekv: compact: %w", err), to.Close())
+	}
+	// The copy numbers its transactions afresh, so the stamp that proves
+	// SRC's persisted newest-window filter current proves nothing in DST,
+	// and could by chance name DST's transaction: DST's first Open
+	// rebuilds that filter instead.
+	if err := to.Update(layout.DropNewestFilter); err != nil {
 		return errors.Join(fmt.Errorf("oncekv: compact: %w", err), to.Close())
 	}
 	if err := to.Close(); err != nil {

@@ -35,9 +35,12 @@ type FilterStamp struct {
 	// that reopened the store, wrote and was killed left a later one.
 	TxID uint64
 	// Marks and Root are the window bucket's mark count and root page when
-	// the filter was written. TxID alone is the proof; these catch a file
-	// rewritten by a tool that numbers transactions afresh (bbolt compact)
-	// and happened to land on the same number.
+	// the filter was written. TxID alone is the proof while the file keeps
+	// its numbering. A tool that numbers transactions afresh (bbolt
+	// compact) breaks it, and these do not mend it (a small window's root
+	// is 0, its count may come back): a writable Open deletes any stamp it
+	// finds stale (DropNewestFilter), before the file's numbering can come
+	// back to it.
 	Marks, Root uint64
 }
 
@@ -92,6 +95,18 @@ func PutNewestFilter(tx *bolt.Tx, start int64, encoded []byte) error {
 	return base.MapBoltErr(b.Put(closedStampKey, stampOf(tx, start).Marshal()))
 }
 
+// DropNewestFilter deletes the persisted newest-window filter and its
+// stamp, if any. Open calls it for a stamp it found stale: bbolt numbers
+// transactions afresh in a compacted copy of the file, so a stale stamp
+// left in place could, many commits later, name the file's transaction
+// again while the window holds other keys, and be taken for proof.
+func DropNewestFilter(tx *bolt.Tx) error {
+	if tx.Bucket(ClosedRoot) == nil {
+		return nil
+	}
+	return base.MapBoltErr(tx.DeleteBucket(ClosedRoot))
+}
+
 // NewestFilterState is what [NewestFilter] found.
 type NewestFilterState uint8
 
@@ -112,7 +127,9 @@ const (
 
 // NewestFilter returns the persisted filter of the newest window, the one
 // starting at start, when its stamp proves it current in tx, a read
-// transaction taken before the opening process wrote anything. The slice
+// transaction taken before the opening process wrote anything; start is
+// math.MinInt64 when the file has no live window, and then any stamp is
+// stale. The slice
 // points into tx's memory: decode it before tx ends. Otherwise it returns
 // why not; err is the decoding error of a damaged stamp.
 func NewestFilter(tx *bolt.Tx, start int64) (encoded []byte, state NewestFilterState, err error) {
