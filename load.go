@@ -15,8 +15,10 @@ import (
 // error, token and FirstSeen. It goes into this store's window of its
 // Window (of its FirstSeen when Window is zero), so it expires no sooner
 // than it did in the other store, or into the newest window when that is
-// later (a window never gains a key once a newer one exists): load marks
-// oldest window first, as Marks lists them. A mark that has expired by this store's clock and Retention is skipped:
+// later (a window never gains a key once a newer one exists, including a
+// newer one this same call created): load marks oldest window first, as
+// Marks lists them, or later ones go into a later window than their own.
+// A mark that has expired by this store's clock and Retention is skipped:
 // loaded reports how many marks were written.
 //
 // Only DONE and FAILED marks are loaded. A claim in progress is refused
