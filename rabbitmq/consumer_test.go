@@ -165,3 +165,33 @@ func TestConsumerSettlesEachDelivery(t *testing.T) {
 	require.Equal(t, uint64(want), s.Deliveries)
 	t.Logf("stats %+v", s)
 }
+
+// TestRunReturnsBrokerRefusals: a queue declared before with other
+// arguments (PRECONDITION_FAILED), and a missing queue with SkipDeclare
+// (NOT_FOUND), end Run with the broker's error instead of a reconnection
+// loop.
+func TestRunReturnsBrokerRefusals(t *testing.T) {
+	url := brokerURL(t)
+	db, _ := openDB(t)
+	q, dlx := unique("refused"), unique("refused.dlx")
+	deleteAfter(t, url, []string{q, q + rabbitmq.DefaultDeadLetterSuffix}, []string{dlx})
+	_, err := channel(t, url).QueueDeclare(q, true, false, false, false, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	c, err := rabbitmq.NewConsumer(db, &rabbitmq.ConsumerOptions{URL: url, Queue: q, DeadLetterExchange: dlx}, nop)
+	require.NoError(t, err)
+	err = c.Run(ctx)
+	var ae *amqp.Error
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, amqp.PreconditionFailed, ae.Code)
+	require.ErrorContains(t, err, q)
+
+	c, err = rabbitmq.NewConsumer(db, &rabbitmq.ConsumerOptions{URL: url, Queue: unique("missing"), SkipDeclare: true}, nop)
+	require.NoError(t, err)
+	err = c.Run(ctx)
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, amqp.NotFound, ae.Code)
+	require.NoError(t, ctx.Err(), "returned at once, not after retries")
+}
