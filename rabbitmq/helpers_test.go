@@ -2,7 +2,6 @@ package rabbitmq_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/applycount"
 )
 
 // brokerURL returns the broker CI started, or skips t.
@@ -77,38 +77,16 @@ func deleteAfter(t testing.TB, url string, queues []string, exchanges []string) 
 	})
 }
 
-// counts is the test effect's bucket: how many times each key was applied.
-var counts = []byte("applied")
+// count is the test effect: it adds one to key's count, committed with
+// its mark, so a count above 1 is a double application.
+func count(tx *oncekv.Tx, key string) error { return applycount.Add(tx, key) }
 
-// count is an effect that adds one to the key's count, committed with its
-// mark: a count above 1 would be a double application.
-func count(tx *oncekv.Tx, key string) error {
-	b, err := tx.CreateBucketIfNotExists(counts)
-	if err != nil {
-		return err
-	}
-	var n uint64
-	if v := b.Get([]byte(key)); len(v) == 8 {
-		n = binary.BigEndian.Uint64(v)
-	}
-	return b.Put([]byte(key), binary.BigEndian.AppendUint64(nil, n+1))
-}
-
-// applied reads the counts.
+// applied reads every key's count.
 func applied(t testing.TB, db *oncekv.DB) map[string]uint64 {
 	t.Helper()
-	out := make(map[string]uint64)
-	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
-		b := tx.Bucket(counts)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			out[string(k)] = binary.BigEndian.Uint64(v)
-			return nil
-		})
-	}))
-	return out
+	got, err := applycount.Read(db)
+	require.NoError(t, err)
+	return got
 }
 
 // publish publishes body with message id id to the default exchange's

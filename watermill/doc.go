@@ -5,12 +5,10 @@
 // SQL, the in-memory gochannel) is answered from the mark, without running
 // the handler.
 //
-//	mw, err := watermill.Middleware(db, nil)
-//	router.AddMiddleware(poisonQueue, mw) // see IsPoison
-//	router.AddHandler("billing", "payments", sub, "receipts", pub,
-//		watermill.HandlerFunc(func(tx *oncekv.Tx, msg *message.Message) ([]*message.Message, error) {
-//			// write through tx: it commits with the mark
-//		}))
+// Add Middleware to a Router (after a poison queue, see IsPoison), and
+// write the handler as a TxHandler adapted by HandlerFunc, or read the
+// transaction with Tx(msg): Example shows the whole of it on the
+// in-memory Pub/Sub.
 //
 // The key is the message's UUID, or a metadata field you name; the dedup
 // scope is the Router's handler name (or Options.Handler). The handler

@@ -1,7 +1,6 @@
 package watermill_test
 
 import (
-	"encoding/binary"
 	"path/filepath"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/applycount"
 )
 
 // openDB opens a store in t's temporary directory, closed at cleanup.
@@ -20,37 +20,16 @@ func openDB(t testing.TB) *oncekv.DB {
 	return db
 }
 
-var counts = []byte("applied")
-
-// count adds one to key's count in tx: committed with the mark, so a count
-// above 1 is a double application.
-func count(tx *oncekv.Tx, key string) error {
-	b, err := tx.CreateBucketIfNotExists(counts)
-	if err != nil {
-		return err
-	}
-	var n uint64
-	if v := b.Get([]byte(key)); len(v) == 8 {
-		n = binary.BigEndian.Uint64(v)
-	}
-	return b.Put([]byte(key), binary.BigEndian.AppendUint64(nil, n+1))
-}
+// count is the test effect: it adds one to key's count, committed with
+// its mark, so a count above 1 is a double application.
+func count(tx *oncekv.Tx, key string) error { return applycount.Add(tx, key) }
 
 // applied reads every key's count.
 func applied(t testing.TB, db *oncekv.DB) map[string]uint64 {
 	t.Helper()
-	out := make(map[string]uint64)
-	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
-		b := tx.Bucket(counts)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			out[string(k)] = binary.BigEndian.Uint64(v)
-			return nil
-		})
-	}))
-	return out
+	got, err := applycount.Read(db)
+	require.NoError(t, err)
+	return got
 }
 
 // deleteQueues deletes the test's queues from the broker at url.
