@@ -28,8 +28,11 @@ type Consumer struct {
 	opts   ConsumerOptions
 	effect Effect
 	retry  *retry.Retrier
-	c      counters
-	mu     struct {
+	// attempts outlives a session, so a reconnection does not reset the
+	// count of a failing key; it is used by Run's goroutine only.
+	attempts *attempts
+	c        counters
+	mu       struct {
 		sync.Mutex
 		running bool
 	}
@@ -56,7 +59,7 @@ func NewConsumer(db *oncekv.DB, opts *ConsumerOptions, effect Effect) (*Consumer
 	if err != nil {
 		return nil, fmt.Errorf("%w: Retry: %w", ErrInvalidOptions, err)
 	}
-	return &Consumer{db: db, opts: o, effect: effect, retry: r}, nil
+	return &Consumer{db: db, opts: o, effect: effect, retry: r, attempts: newAttempts(maxTracked)}, nil
 }
 
 // Run connects, declares the queues (see ConsumerOptions), and consumes
@@ -211,9 +214,8 @@ func (c *Consumer) declare(ch *amqp.Channel) error {
 // is lost (an error).
 func (c *Consumer) serve(ctx context.Context, deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error) error {
 	var (
-		h        held
-		attempts = newAttempts(maxTracked)
-		timer    = time.NewTimer(time.Hour)
+		h     held // void with the channel: RabbitMQ requeues them
+		timer = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
 	for {
@@ -240,7 +242,7 @@ func (c *Consumer) serve(ctx context.Context, deliveries <-chan amqp.Delivery, c
 			}
 			batch = c.fill(ctx, append(batch, d), deliveries)
 		}
-		if err := c.handle(ctx, batch, &h, attempts); err != nil {
+		if err := c.handle(ctx, batch, &h, c.attempts); err != nil {
 			return err
 		}
 	}
