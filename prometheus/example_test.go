@@ -15,13 +15,8 @@ import (
 )
 
 func ExampleNew() {
-	dir, _ := os.MkdirTemp("", "oncekv-example-")
-	defer os.RemoveAll(dir)
-	db, err := oncekv.Open(filepath.Join(dir, "store.db"), nil)
-	if err != nil {
-		panic(err)
-	}
-	defer db.Close()
+	db, done := exampleDB()
+	defer done()
 
 	c, err := oncekvprom.New(db, &oncekvprom.Options{MaxHandlers: 50})
 	if err != nil {
@@ -75,13 +70,8 @@ func metricsGuide(db *oncekv.DB, q *queue.Queue, reg *prom.Registry) error {
 // Example_guide runs docs/metrics.md's code: a store and one queue behind
 // one collector, and the store on expvar too.
 func Example_guide() {
-	dir, _ := os.MkdirTemp("", "oncekv-example-")
-	defer os.RemoveAll(dir)
-	db, err := oncekv.Open(filepath.Join(dir, "store.db"), nil)
-	if err != nil {
-		panic(err)
-	}
-	defer db.Close()
+	db, done := exampleDB()
+	defer done()
 	q, err := queue.Open(db, "outbox", nil)
 	if err != nil {
 		panic(err)
@@ -109,4 +99,21 @@ func Example_guide() {
 	// Output:
 	// oncekv_queue_depth queue=outbox 1
 	// expvar: true
+}
+
+// exampleDB opens a store in a fresh temporary directory; done closes it
+// and removes the directory.
+func exampleDB() (db *oncekv.DB, done func()) {
+	dir, err := os.MkdirTemp("", "oncekv-example-")
+	if err != nil {
+		panic(err)
+	}
+	db, err = oncekv.Open(filepath.Join(dir, "store.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	return db, func() {
+		_ = db.Close()
+		_ = os.RemoveAll(dir)
+	}
 }

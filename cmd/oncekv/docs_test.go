@@ -1,11 +1,7 @@
 package main_test
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,25 +29,6 @@ func docBlock(t *testing.T, doc, test string) string {
 	return block
 }
 
-// oncekvIn runs the oncekv binary with args in dir and returns its
-// standard output, then its standard error, and its exit code.
-func oncekvIn(t *testing.T, dir string, args ...string) (string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return stdout.String() + stderr.String(), exit.ExitCode()
-	}
-	require.NoError(t, err)
-	return stdout.String() + stderr.String(), 0
-}
-
 // TestDocsOperatingTranscript runs every "$ oncekv ..." line of the session
 // in docs/operating.md on the fixture (app.db) and on a copy of it with a
 // mark's byte flipped (damaged.db), and requires the block to be exactly
@@ -76,10 +53,10 @@ func TestDocsOperatingTranscript(t *testing.T) {
 		cmdline, echo := strings.CutSuffix(cmdline, "; echo $?")
 		args := strings.Fields(cmdline)
 		require.Equal(t, "oncekv", args[0], "the session runs only oncekv: %q", line)
-		out, code := oncekvIn(t, dir, args[1:]...)
-		got.WriteString(out)
+		r := cliIn(t, dir, args[1:]...)
+		got.WriteString(r.stdout + r.stderr)
 		if echo {
-			got.WriteString(strconv.Itoa(code) + "\n")
+			got.WriteString(strconv.Itoa(r.code) + "\n")
 		}
 	}
 	require.GreaterOrEqual(t, commands, 5, "the session lost its commands")
@@ -106,8 +83,8 @@ func TestDocsCompactionBlock(t *testing.T) {
 			ran[args[0]]++
 			switch args[0] {
 			case "oncekv":
-				out, code := oncekvIn(t, dir, args[1:]...)
-				require.Equal(t, 0, code, "%s: %s", step, out)
+				r := cliIn(t, dir, args[1:]...)
+				require.Equal(t, 0, r.code, "%s: %s%s", step, r.stdout, r.stderr)
 			case "mv":
 				require.Len(t, args, 3, step)
 				require.NoError(t, os.Rename(filepath.Join(dir, args[1]), filepath.Join(dir, args[2])), step)
