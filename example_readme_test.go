@@ -3,8 +3,14 @@ package oncekv_test
 import (
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"log"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -285,4 +291,254 @@ func TestREADMEAPIIsTheExample(t *testing.T) {
 	block, _, ok = strings.Cut(block, "```\n")
 	require.True(t, ok)
 	require.Equal(t, want, block, "the README's block must be apiInOneScreen's body, one tab less")
+}
+
+// The markers that say how a code block of README.md or docs/*.md is
+// checked; TestDocsCodeBlocks requires one right above every block.
+var (
+	// The block is the body of function FUNC in FILE (a path from the
+	// repository's root), one tab less, and FILE calls FUNC: an Example
+	// runs it.
+	bodyMarker = regexp.MustCompile(`^<!-- checked: the body of (\w+) in (\S+) -->$`)
+	// A test TEST in package directory DIR reads this document and runs
+	// the block.
+	testMarker = regexp.MustCompile(`^<!-- checked: run by (\w+) in (\S+) -->$`)
+	// Each command of the block (comments and VAR=value prefixes dropped)
+	// is in .ci/run, and each VAR is read by the repository's code.
+	ciMarker = "<!-- checked: the commands are in .ci/run -->"
+	// Every path in the block's first column exists (globs match).
+	pathsMarker = "<!-- checked: every path in the first column exists -->"
+)
+
+// docFiles are the documents whose code blocks and names are checked.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join("docs", "*.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, docs, "docs/*.md")
+	return append([]string{"README.md"}, docs...)
+}
+
+// docBlock is one fenced code block of a document and the marker above it.
+type docBlock struct {
+	doc, marker, body string
+	line              int
+}
+
+// docBlocks returns the fenced code blocks of doc, each with the line just
+// above its opening fence.
+func docBlocks(t *testing.T, doc string) []docBlock {
+	t.Helper()
+	src, err := os.ReadFile(doc)
+	require.NoError(t, err)
+	var blocks []docBlock
+	lines := strings.Split(string(src), "\n")
+	for i := 0; i < len(lines); i++ {
+		if strings.HasPrefix(strings.TrimLeft(lines[i], " \t"), "```") && !strings.HasPrefix(lines[i], "```") {
+			t.Fatalf("%s:%d: an indented code block; put it at the start of the line so it is checked", doc, i+1)
+		}
+		if !strings.HasPrefix(lines[i], "```") {
+			continue
+		}
+		b := docBlock{doc: doc, line: i + 1}
+		if i > 0 {
+			b.marker = lines[i-1]
+		}
+		var body strings.Builder
+		for i++; i < len(lines) && lines[i] != "```"; i++ {
+			body.WriteString(lines[i] + "\n")
+		}
+		require.Less(t, i, len(lines), "%s:%d: the code block does not end", doc, b.line)
+		b.body = body.String()
+		blocks = append(blocks, b)
+	}
+	return blocks
+}
+
+// goFuncBody returns the body of the function name in the Go file path,
+// each line with its first tab dropped, and the file's text.
+func goFuncBody(t *testing.T, path, name string) (body, file string) {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
+	require.NoError(t, err)
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Recv != nil || fn.Name.Name != name {
+			continue
+		}
+		inner := string(src[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
+		inner = strings.TrimPrefix(inner, "\n")
+		var b strings.Builder
+		for _, line := range strings.SplitAfter(inner, "\n") {
+			b.WriteString(strings.TrimPrefix(line, "\t"))
+		}
+		return b.String(), string(src)
+	}
+	t.Fatalf("%s has no function %s", path, name)
+	return "", ""
+}
+
+// TestDocsCodeBlocks: every fenced code block of README.md and docs/*.md
+// has a marker above it saying how it is checked, and that check holds, so
+// that no snippet of a guide can stop compiling or running unseen.
+func TestDocsCodeBlocks(t *testing.T) {
+	ciRun, err := os.ReadFile(filepath.Join(".ci", "run"))
+	require.NoError(t, err)
+	checked := 0
+	for _, doc := range docFiles(t) {
+		for _, b := range docBlocks(t, doc) {
+			where := fmt.Sprintf("%s:%d", b.doc, b.line)
+			switch m, tm := bodyMarker.FindStringSubmatch(b.marker), testMarker.FindStringSubmatch(b.marker); {
+			case m != nil:
+				body, file := goFuncBody(t, filepath.FromSlash(m[2]), m[1])
+				require.Equal(t, body, b.body, "%s: the block must be the body of %s in %s, one tab less", where, m[1], m[2])
+				require.GreaterOrEqual(t, strings.Count(file, m[1]+"("), 2, "%s: nothing in %s calls %s", where, m[2], m[1])
+			case tm != nil:
+				requireTestReads(t, where, tm[2], tm[1], b.doc)
+			case b.marker == ciMarker:
+				requireCommandsInCI(t, where, b.body, string(ciRun))
+			case b.marker == pathsMarker:
+				requirePathsExist(t, where, b.body)
+			default:
+				t.Errorf("%s: a code block without a marker saying how it is checked (the line above it is %q)", where, b.marker)
+				continue
+			}
+			checked++
+		}
+	}
+	require.GreaterOrEqual(t, checked, 10, "the docs lost their code blocks")
+}
+
+// requireTestReads requires a test file of the package in dir to define
+// test and to name doc, the document it checks.
+func requireTestReads(t *testing.T, where, dir, test, doc string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(filepath.FromSlash(dir), "*_test.go"))
+	require.NoError(t, err)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		if strings.Contains(string(src), "\nfunc "+test+"(t *testing.T) {") {
+			require.Contains(t, string(src), filepath.ToSlash(doc), "%s: %s in %s does not read %s", where, test, f, doc)
+			return
+		}
+	}
+	t.Errorf("%s: no test %s in %s", where, test, dir)
+}
+
+// requireCommandsInCI requires each command of a shell block to be run by
+// .ci/run, and each variable the block sets to be read by the code.
+func requireCommandsInCI(t *testing.T, where, block, ciRun string) {
+	t.Helper()
+	for _, line := range strings.Split(block, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		words := strings.Fields(line)
+		for len(words) > 0 && regexp.MustCompile(`^[A-Z][A-Z0-9_]*=`).MatchString(words[0]) {
+			name, _, _ := strings.Cut(words[0], "=")
+			require.True(t, codeMentions(t, name), "%s: nothing in the code reads %s", where, name)
+			words = words[1:]
+		}
+		if len(words) == 0 {
+			continue
+		}
+		cmd := strings.Join(words, " ")
+		require.Contains(t, ciRun, cmd, "%s: .ci/run does not run %q", where, cmd)
+	}
+}
+
+// codeMentions reports whether a Go or shell file of the repository names
+// word.
+func codeMentions(t *testing.T, word string) bool {
+	t.Helper()
+	found := false
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || found {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && strings.HasPrefix(d.Name(), ".") && d.Name() != ".ci" || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if ext := filepath.Ext(path); ext != ".go" && ext != ".sh" && path != filepath.Join(".ci", "run") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		found = strings.Contains(string(src), word)
+		return nil
+	})
+	require.NoError(t, err)
+	return found
+}
+
+// requirePathsExist requires the paths of a layout block's first column
+// (before the first run of two spaces, comma-separated) to exist.
+func requirePathsExist(t *testing.T, where, block string) {
+	t.Helper()
+	for _, line := range strings.Split(block, "\n") {
+		if line == "" || line[0] == ' ' || line[0] == '\t' {
+			continue // a continuation of the line above
+		}
+		column, _, _ := strings.Cut(line, "  ")
+		for _, p := range strings.Split(column, ",") {
+			p = strings.TrimSpace(p)
+			matches, err := filepath.Glob(filepath.FromSlash(strings.TrimSuffix(p, "/")))
+			require.NoError(t, err)
+			require.NotEmpty(t, matches, "%s: %s does not exist", where, p)
+		}
+	}
+}
+
+// TestDocsNamesExist: every test, benchmark, example and fuzz target that
+// README.md or docs/*.md names in backquotes is defined in the repository,
+// and every relative link leads to a file, so a rename cannot leave a
+// guide pointing at nothing.
+func TestDocsNamesExist(t *testing.T) {
+	defined := map[string]bool{}
+	funcs := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Example|Fuzz)\w*)\(`)
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range funcs.FindAllStringSubmatch(string(src), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.True(t, defined["TestDocsNamesExist"], "the walk found no tests")
+
+	named := regexp.MustCompile("`((?:Test|Benchmark|Example|Fuzz)[A-Z_]\\w*)`")
+	links := regexp.MustCompile(`\]\(([^)\s#]+)(?:#[^)\s]*)?\)`)
+	for _, doc := range docFiles(t) {
+		src, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		for _, m := range named.FindAllStringSubmatch(string(src), -1) {
+			require.True(t, defined[m[1]], "%s names %s, which no _test.go file defines", doc, m[1])
+		}
+		for _, m := range links.FindAllStringSubmatch(string(src), -1) {
+			if strings.Contains(m[1], "://") || strings.HasPrefix(m[1], "mailto:") {
+				continue
+			}
+			_, err := os.Stat(filepath.Join(filepath.Dir(doc), filepath.FromSlash(m[1])))
+			require.NoError(t, err, "%s links to %s", doc, m[1])
+		}
+	}
 }

@@ -32,7 +32,6 @@ type traceCall struct {
 	fd   int
 	ret  int64
 	took float64 // seconds
-	text string  // for write(2, ...): the progress line
 }
 
 // traceCell is the syscalls of one cell and the names of its results.

@@ -1,96 +1,22 @@
 // Package idemhttp is an HTTP Idempotency-Key middleware on an oncekv store,
 // following the IETF draft "The Idempotency-Key HTTP Header Field": a client
 // that retries a POST after a timeout, or a user who clicks "Pay" twice,
-// gets the first answer back instead of a second charge.
+// gets the first answer back instead of a second charge. It uses the
+// standard library only; the root package never imports it.
 //
-//	mw, err := idemhttp.New(db, &idemhttp.Options{
-//		Scope: func(r *http.Request) (string, error) { return userID(r) },
-//	})
-//	http.Handle("/payments", mw.Wrap(payments))
+// New builds the middleware and Middleware.Wrap puts it in front of a
+// handler. The first request of a (caller, key), the caller named by
+// Options.Scope, runs the handler under an oncekv Claim; its response and
+// the writes it queued with Stage commit in one transaction before the
+// client sees the response, and every retry gets that response back, with
+// "Idempotent-Replayed: true", without running the handler. A key still
+// running gets 409 with Retry-After, a key reused with another request
+// 422; every error answer is an RFC 9457 problem whose type is one of the
+// Problem... constants. A 5xx, a panic or a client that went away stores
+// nothing and releases the key. Key(r) is the id to hand external systems
+// as their idempotency key, Token(r) the claim's fencing token: never the
+// token as the key.
 //
-// # What a request meets
-//
-// Only the methods in Options.Methods (POST and PATCH by default) are
-// covered; others pass straight through. A covered request:
-//
-//   - without an Idempotency-Key header passes through, or gets 400 when
-//     Options.RequireKey is set. A malformed key (empty, longer than
-//     MaxKeyLen bytes, not printable ASCII, or the header given twice) gets
-//     400. The key may be sent bare (as Stripe's clients do) or as the
-//     draft's quoted structured-field string; both name the same key.
-//   - whose caller Options.Scope cannot identify gets 401, and the handler
-//     does not run. Records are keyed by (scope, key): a key sent by
-//     another caller is another record, never someone else's response.
-//   - with a body over Options.MaxBodyBytes (1 MiB by default) gets 413
-//     before anything is recorded.
-//   - reusing a key with another fingerprint gets 422. The fingerprint is
-//     the method, the escaped path, the raw query, the headers named in
-//     Options.FingerprintHeaders and the SHA-256 of the body.
-//   - whose key is held by a request still running gets 409 at once, with
-//     Retry-After: the seconds left on the running request's lease when
-//     the store's error says when it ends, else Options.Lease, which the
-//     remaining lease never exceeds.
-//   - whose key has a stored response gets it back: the stored status, the
-//     body byte for byte and the headers of the replay allowlist
-//     (Content-Type, Content-Encoding, Location, ETag and
-//     Options.ReplayHeaders; Set-Cookie only if listed there), plus
-//     "Idempotent-Replayed: true". The handler does not run.
-//
-// Every error answer above is an RFC 9457 problem (application/problem+json)
-// whose "type" is one of the Problem... constants.
-//
-// # Running the handler
-//
-// The first request of a key runs the handler under an oncekv Claim held
-// for Options.Lease and extended every Options.Heartbeat while the handler
-// runs, so a slow handler keeps its key and a dead process frees it when the
-// lease ends. Inside the handler, Key(r) is a stable id of (scope, key) to
-// pass to external systems as their idempotency key (it stays the same on
-// every retry and after a takeover), and Token(r) is the claim's fencing
-// token, new at every takeover, for them to fence a late zombie. Never use
-// the token as the idempotency key: a retry after a crash carries a new one.
-//
-// Stage(r, fn) queues a write to the store's user buckets that commits in
-// the same transaction as the stored response: the order row and "this key
-// was answered 201" are one commit, and a crash leaves both or neither.
-//
-// # What is stored (the policy the draft asks servers to publish)
-//
-//   - A response whose status is 2xx, 3xx or 4xx is stored (a client error
-//     is the answer to that request) together with the staged writes, and
-//     only then sent: the client sees a response only once it is durable.
-//     Options.Store changes which statuses are stored.
-//   - A 5xx response is sent as it is written and not stored; its staged
-//     writes are dropped and the key is released at once, so the retry
-//     runs the handler again.
-//   - A handler that panics (runtime.Goexit included), or whose client went
-//     away before it returned (the request's context is done), stores
-//     nothing: its staged writes are dropped, the key is released, and a
-//     retry runs the handler again. The client that went away got nothing.
-//   - A staged write that fails stores nothing: the key is released and the
-//     client gets 500, so a retry runs the handler again. (A staged error
-//     never records a permanent failure, even wrapped with
-//     oncekv.Permanent.)
-//   - Responses are buffered until the commit, up to Options.MaxRecordBytes
-//     of body (1 MiB by default). A handler that calls Flush, or writes more
-//     than that, has its response streamed to the client from then on: it
-//     is still stored at the end (the body too, unless it passed the cap),
-//     but the client saw it before the commit. If that commit fails, the
-//     connection is aborted (http.ErrAbortHandler) so the client sees a
-//     broken response rather than a clean one, and the key is released.
-//   - A stored body over Options.MaxRecordBytes is left out: the record
-//     keeps the status and the allowlisted headers, and a replay answers
-//     them with an empty body and "Idempotent-Replay-Body-Omitted: true".
-//     The handler's work is still done once.
-//   - 1xx informational responses (103 Early Hints) are passed on as the
-//     handler writes them and never stored; trailers go to the first
-//     client only and are not stored either.
-//
-// # How long a key is remembered
-//
-// A stored response is replayed for as long as the store keeps the key's
-// mark: at least the store's retention window (oncekv.Options.Retention,
-// 7 days by default) after the key was first seen. A retry after that runs
-// the handler again. A key in progress is held until its lease ends; after
-// a crash, that is at most Options.Lease after the last heartbeat.
+// ExampleNew is a payments endpoint. The guide, docs/http.md in the
+// repository, lists every answer, what is stored and for how long.
 package idemhttp

@@ -14,57 +14,40 @@ import (
 	"github.com/oncekv/oncekv/idemhttp"
 )
 
-// A payments endpoint behind the middleware: the retry of a POST gets the
-// first answer back, and the order row commits with it.
+// A payments endpoint behind the middleware (httpGuide, the code of
+// docs/http.md): the retry of a POST gets the first answer back, the order
+// row commits with it, and the gateway is charged once; another caller's
+// same key is another record.
 func ExampleNew() {
 	db, done := exampleDB()
 	defer done()
-
-	mw, err := idemhttp.New(db, &idemhttp.Options{
-		// The authenticated caller; here a header stands in for a session.
-		Scope: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
-	})
-	if err != nil {
+	var charged []string
+	charge := func(key string) error { charged = append(charged, key); return nil }
+	mux := http.NewServeMux()
+	if err := httpGuide(db, mux, charge); err != nil {
 		log.Fatal(err)
 	}
-	charges := 0
-	payments := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		charges++ // an external call would get idemhttp.Key(r) to deduplicate
-		err := idemhttp.Stage(r, func(tx *oncekv.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-			if err != nil {
-				return err
-			}
-			return b.Put([]byte("order-1"), []byte("paid"))
-		})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Location", "/orders/order-1")
-		w.WriteHeader(http.StatusCreated)
-		fmt.Fprint(w, "receipt R-1")
-	})
-	srv := httptest.NewServer(mw.Wrap(payments))
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	for range 2 {
+	for _, user := range []string{"alice", "alice", "bob"} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount":1200}`))
 		req.Header.Set("Idempotency-Key", "8e03978e-40d5-43e8-bc93-6894a57f9324")
-		req.Header.Set("X-User", "alice")
+		req.Header.Set("X-User", user) // the authenticated caller; a header stands in for a session
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			log.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Println(resp.StatusCode, resp.Header.Get("Location"), string(body), "replayed:", resp.Header.Get("Idempotent-Replayed") == "true")
+		fmt.Println(user, resp.StatusCode, resp.Header.Get("Location"), string(body), "replayed:", resp.Header.Get("Idempotent-Replayed") == "true")
 	}
-	fmt.Println("charges:", charges)
+	fmt.Println("charges:", len(charged), "distinct keys:", len(charged) == 2 && charged[0] != charged[1])
 	// Output:
-	// 201 /orders/order-1 receipt R-1 replayed: false
-	// 201 /orders/order-1 receipt R-1 replayed: true
-	// charges: 1
+	// alice 201 /orders/order-1 receipt R-1 replayed: false
+	// alice 201 /orders/order-1 receipt R-1 replayed: true
+	// bob 201 /orders/order-1 receipt R-1 replayed: false
+	// charges: 2 distinct keys: true
 }
 
 // The middleware's method value is the usual func(http.Handler)
@@ -87,6 +70,42 @@ func ExampleMiddleware_Wrap() {
 	fmt.Println(rec.Code, rec.Header().Get("Content-Type"))
 	// Output:
 	// 400 application/problem+json
+}
+
+// httpGuide is the code block of docs/http.md, verbatim (the root's
+// TestDocsCodeBlocks compares them); ExampleNew runs it.
+func httpGuide(db *oncekv.DB, mux *http.ServeMux, charge func(key string) error) error {
+	mw, err := idemhttp.New(db, &idemhttp.Options{
+		// Required: records are kept per (caller, key), never shared.
+		Scope: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
+	})
+	if err != nil {
+		return err
+	}
+	payments := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The gateway deduplicates on idemhttp.Key(r), stable across retries;
+		// idemhttp.Token(r) is the claim's fencing token, new at a takeover.
+		if err := charge(idemhttp.Key(r)); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway) // a 5xx is not stored: the retry runs again
+			return
+		}
+		err := idemhttp.Stage(r, func(tx *oncekv.Tx) error { // commits with the stored 201
+			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("order-1"), []byte("paid"))
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Location", "/orders/order-1")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "receipt R-1")
+	})
+	mux.Handle("/payments", mw.Wrap(payments)) // mw.Wrap is a func(http.Handler) http.Handler
+	return nil
 }
 
 // exampleDB opens a store in a fresh temporary directory; done closes it

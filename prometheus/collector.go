@@ -1,11 +1,9 @@
 // Package prometheus exports an oncekv store's Stats as Prometheus metrics.
 //
 // It is its own module, so that the core's go.mod stays bbolt and msgpack
-// only. Register one Collector per DB:
-//
-//	c, err := oncekvprom.New(db, nil)
-//	if err != nil { ... }
-//	prometheus.MustRegister(c)
+// only. Register one Collector per DB (New, then Collector.AddQueue for
+// each queue; ExampleNew). docs/metrics.md in the repository lists every
+// metric.
 //
 // Every metric is read from one DB.Stats snapshot at scrape time (and one
 // queue.Stats per queue added with AddQueue); the collector keeps no

@@ -7,9 +7,11 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/queue"
+	"github.com/oncekv/oncekv/retry"
 )
 
 // Example shows a producer, a consumer that acks in its own transaction,
@@ -98,6 +100,96 @@ func ExampleQueue_Nack() {
 	// Output:
 	// welcome/42 - 550 no such user
 	// redriven: welcome/42 attempt 1
+}
+
+// queueGuide is the code block of docs/queue.md, verbatim (the root's
+// TestDocsCodeBlocks compares them); Example_guide runs it.
+func queueGuide(ctx context.Context, db *oncekv.DB, req oncekv.Request, body []byte, cause error) error {
+	q, err := queue.Open(db, "uploads", nil) // Visibility 30s, MaxAttempts 10
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if _, err := q.Enqueue(ctx, queue.Message{Key: "evt-17", Body: body}); err != nil { // same key again: same id, nothing added
+		return err
+	}
+
+	// The outbox: the message exists iff the effect committed.
+	_, err = db.Apply(ctx, req, func(tx *oncekv.Tx) ([]byte, error) {
+		_, err := q.EnqueueTx(tx, queue.Message{Key: "order-placed/o-1", Body: body})
+		return nil, err
+	})
+	if err != nil {
+		return err
+	}
+
+	m, err := q.Receive(ctx) // blocks until one is visible; m.Attempt, m.Token (fencing), m.Key
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *oncekv.Tx) error {
+		// ... the consumer's own writes ...
+		return q.AckTx(tx, m) // committed with them, or neither
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Println("acked:", m.Key)
+
+	m, err = q.Receive(ctx)
+	if err != nil {
+		return err
+	}
+	if err := q.Nack(ctx, m, oncekv.Permanent(cause)); err != nil { // dead letter now
+		return err
+	}
+	dead, err := q.DeadLetters(0, 100) // key, body, attempts and last error kept
+	if err != nil {
+		return err
+	}
+	if _, err := q.Redrive(ctx, dead[0].ID); err != nil { // the same key: applied once
+		return err
+	}
+	m, err = q.Receive(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Println("redriven:", m.Key, "attempt", m.Attempt)
+	return q.Nack(ctx, m, retry.After(time.Minute, cause)) // backoff, and not within the minute
+}
+
+// Example_guide runs docs/queue.md's code: a message acked with the
+// consumer's writes, an outbox message dead-lettered and redriven with its
+// key, then nacked with a Retry-After.
+func Example_guide() {
+	dir, err := os.MkdirTemp("", "queue-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := oncekv.Open(filepath.Join(dir, "app.db"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	req := oncekv.Request{Handler: "place-order", Key: "o-1"}
+	if err := queueGuide(context.Background(), db, req, []byte("photo.jpg"), errors.New("550 no such user")); err != nil {
+		log.Fatal(err)
+	}
+	q, err := queue.Open(db, "uploads", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+	st, err := q.Stats()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("delayed:", st.Delayed, "dead:", st.Dead)
+	// Output:
+	// acked: evt-17
+	// redriven: order-placed/o-1 attempt 1
+	// delayed: 1 dead: 0
 }
 
 // exampleQueue opens a store in a temporary directory and the queue name

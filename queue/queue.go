@@ -80,22 +80,22 @@ func (o *Options) withDefaults() (Options, *retry.Retrier, error) {
 		c.Visibility = DefaultVisibility
 	}
 	if c.Visibility < 0 {
-		errs = append(errs, fmt.Errorf("Visibility %v is negative", c.Visibility))
+		errs = append(errs, fmt.Errorf("Options.Visibility %v is negative", c.Visibility))
 	}
 	if c.MaxBodySize == 0 {
 		c.MaxBodySize = DefaultMaxBodySize
 	}
 	if c.MaxBodySize < 0 {
-		errs = append(errs, fmt.Errorf("MaxBodySize %d is negative", c.MaxBodySize))
+		errs = append(errs, fmt.Errorf("Options.MaxBodySize %d is negative", c.MaxBodySize))
 	}
 	if c.MaxMessages < 0 {
-		errs = append(errs, fmt.Errorf("MaxMessages %d is negative", c.MaxMessages))
+		errs = append(errs, fmt.Errorf("Options.MaxMessages %d is negative", c.MaxMessages))
 	}
 	if c.MaxBytes < 0 {
-		errs = append(errs, fmt.Errorf("MaxBytes %d is negative", c.MaxBytes))
+		errs = append(errs, fmt.Errorf("Options.MaxBytes %d is negative", c.MaxBytes))
 	}
 	if c.WhenFull != Reject && c.WhenFull != DropOldest {
-		errs = append(errs, fmt.Errorf("WhenFull %d is unknown", c.WhenFull))
+		errs = append(errs, fmt.Errorf("Options.WhenFull %d is unknown", c.WhenFull))
 	}
 	if c.Timer == nil {
 		c.Timer = func(d time.Duration) (<-chan time.Time, func() bool) {

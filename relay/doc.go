@@ -5,60 +5,23 @@
 // With queue.EnqueueTx inside oncekv's Apply, it is the transactional
 // outbox's other half.
 //
-//	r, err := relay.New(q, relay.HTTPSender(client, "POST", url, nil), nil)
-//	...
-//	err = r.Run(ctx) // until ctx is done
-//
-// # One policy
-//
-// The queue's retry policy (queue.Options.Retry) is the only backoff: a
-// failed send is nacked, and the queue persists the next visible time,
-// full jitter floored by the error's Retry-After (see retry.HTTPStatus), so
-// a restart resumes where the store says. A permanent error
-// (retry.Permanent or oncekv.Permanent) or a failure of the policy's
-// MaxAttempts-th attempt dead-letters the message, with its key, so a
-// queue.Redrive cannot make the far side apply it twice.
-//
-// The relay adds the retry budget (retry.Budget), which the queue has no
-// use for: a message's first delivery (Attempt 1) deposits in it, and
-// every later delivery (Attempt above 1: a retry after a nack, or after a
-// lease that ran out) is sent only if Budget.TryRetry allows it. A retry
-// the budget refuses is not sent: the message is deferred (queue.Defer)
-// by a fresh full-jitter delay of the policy for its last failed attempt,
-// and that delivery is not counted, so waiting for the budget never
-// dead-letters anything. Under a full outage the far side therefore sees
-// the first attempts plus at most the budget's share (Ratio of them plus
-// MinPerSecond per second), however many messages are waiting.
-//
-// # Guarantees
-//
 //   - At least once to the far side: a message leaves the queue only by an
-//     ack after send returned nil, or as a dead letter. A crash or SIGKILL
-//     at any instant leaves it in the store, and it is sent again once its
-//     lease ends.
+//     ack after send returned nil, or as a dead letter; a crash at any
+//     instant leaves it in the store, sent again once its lease ends.
 //   - Effectively once with a deduplicating receiver: every send of a
 //     message carries the same Key (stable across retries, takeovers and
-//     redrives); HTTPSender puts it in Idempotency-Key, and the fencing
-//     token, new at every delivery, in Oncekv-Fence.
-//   - Run stops when ctx is done: no new message is received, and sends in
-//     flight get Options.Grace to finish; then their context is cancelled.
-//     A send that failed or was cancelled is nacked (the attempt counts:
-//     it may have reached the far side); one cancelled by the stop is
-//     released at once, without backoff, and never dead-lettered, even on
-//     its last attempt. A message received but not yet sent is deferred
-//     without counting.
+//     redrives); HTTPSender puts it in Idempotency-Key and the delivery's
+//     fencing token in Oncekv-Fence.
+//   - One policy: the queue's Options.Retry is the backoff, persisted as
+//     the next visible time. The relay adds the retry budget: a retry the
+//     budget refuses is deferred (queue.Defer) without counting an
+//     attempt, so waiting never dead-letters anything.
+//   - Run stops when ctx is done: sends in flight get Options.Grace, and a
+//     send cancelled by the stop is released, never dead-lettered.
 //
-// # Caveats
+// Options.SendTimeout must stay below the queue's Visibility, or a slow
+// send is taken over and the far side sees both. A budget is per process.
 //
-// Options.SendTimeout must stay below the queue's Visibility: a send that
-// outlives its lease lets another worker take the message over, and the
-// far side then sees both (the key lets it deduplicate; the ack of the
-// older one fails with oncekv.ErrFenced and is counted in Stats.Fenced).
-// A budget is per process; share one Budget among the relays that call the
-// same far side. Each retry the budget refuses costs one local commit (the
-// Defer), about one per waiting message per backoff draw: the far side is
-// spared, the disk is not. net/http's Transport resends a request that
-// carries an Idempotency-Key once by itself when a reused connection breaks
-// before any answer; that resend is the Transport's, not counted by the
-// budget.
+// Example delivers an order through a receiver that is down at first. The
+// guide, docs/outbox.md in the repository, has the rest.
 package relay

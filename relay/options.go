@@ -62,7 +62,7 @@ func (o *Options) withDefaults() (Options, error) {
 		c.Workers = DefaultWorkers
 	}
 	if c.Workers < 0 || c.Workers > MaxWorkers {
-		errs = append(errs, fmt.Errorf("Workers = %d: want 1 to %d (zero means the default)", c.Workers, MaxWorkers))
+		errs = append(errs, fmt.Errorf("Options.Workers = %d: want 1 to %d (zero means the default)", c.Workers, MaxWorkers))
 	}
 	if c.Grace == 0 {
 		c.Grace = DefaultGrace

@@ -63,9 +63,9 @@ func TestDecideReasons(t *testing.T) {
 	}
 	// A nil ctx is no panic: it is never done.
 	r := newRetrier(t, 1, retry.Policy{})
-	//nolint:staticcheck // a nil context on purpose
+	//lint:ignore SA1012 a nil context on purpose: Decide and Do must treat it as never done
 	require.Equal(t, retry.ReasonRetry, r.Decide(nil, 1, context.Canceled, now).Reason)
-	//nolint:staticcheck // a nil context on purpose
+	//lint:ignore SA1012 a nil context on purpose: Decide and Do must treat it as never done
 	require.NoError(t, r.Do(nil, func(context.Context, int) error { return nil }))
 
 	require.False(t, retry.Decision{}.Retry(), "a zero Decision never retries")

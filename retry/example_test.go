@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/oncekv/oncekv/retry"
@@ -165,4 +167,76 @@ func ExampleDo() {
 	// sender: waiting 2s
 	// server: key reading-17
 	// sent: true
+}
+
+// retryGuide is the code block of docs/retry.md, verbatim (the root's
+// TestDocsCodeBlocks compares them); Example_guide runs it.
+func retryGuide(ctx context.Context, attempt int, cause error, now time.Time, newRequest func(context.Context) (*http.Request, error)) error {
+	r, err := retry.New(nil) // Base 1s, Cap 5m, MaxAttempts 10, MaxRetryAfter 1h
+	if err != nil {
+		return err
+	}
+	d := r.Decide(ctx, attempt, cause, now) // attempt: 1 for the first delivery
+	switch {
+	case d.Retry(): // visible again at d.At (persist it)
+		fmt.Println("retry after", attempt)
+	case d.DeadLetter(): // d.Reason: permanent, or attempts exhausted
+		fmt.Println("dead letter:", d.Reason)
+	default: // ReasonBudget: keep it and ask again after d.Delay; ReasonCanceled: the caller's ctx ended, release it
+		fmt.Println("hold:", d.Reason)
+	}
+
+	return retry.Do(ctx, nil, func(ctx context.Context, attempt int) error {
+		// A new request each time (a body is read once), the same Idempotency-Key.
+		req, err := newRequest(ctx)
+		if err != nil {
+			return retry.Permanent(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err // network errors are transient
+		}
+		defer resp.Body.Close()
+		return retry.HTTPStatus(resp.StatusCode, resp.Header, time.Now())
+	})
+}
+
+// Example_guide runs docs/retry.md's code for three failed attempts (a
+// transient error, a permanent one, the last one allowed), each followed
+// by a POST that the server accepts at once.
+func Example_guide() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		fmt.Println("server: key", req.Header.Get("Idempotency-Key"))
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	newRequest := func(ctx context.Context) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader(`{"t":21.5}`))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Idempotency-Key", "reading-17")
+		return req, nil
+	}
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, failed := range []struct {
+		attempt int
+		cause   error
+	}{
+		{1, errors.New("connection reset")},
+		{2, retry.Permanent(errors.New("422 bad checksum"))},
+		{10, errors.New("connection reset")},
+	} {
+		if err := retryGuide(ctx, failed.attempt, failed.cause, now, newRequest); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// retry after 1
+	// server: key reading-17
+	// dead letter: permanent
+	// server: key reading-17
+	// dead letter: attempts exhausted
+	// server: key reading-17
 }

@@ -11,6 +11,9 @@
 // when that file is an oncekv database: any other file is left alone.
 //
 // Exit status: 0 on success, 1 on an error or a failed check, 2 on bad usage.
+// Example runs both commands. command_demo.go runs the story and checks
+// each step; its later chapters (the dedup window, fencing, the queue, the
+// outbox) are story_*.go, one file each.
 package main
 
 import (

@@ -134,26 +134,7 @@ func TestCheck(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stdout+r.stderr)
 	require.Equal(t, "ok\n", r.stdout)
 
-	// Damage one byte of the mark of pay/order-1 in its window: the bbolt
-	// file stays sound, the record's checksum does not.
-	db, err := bolt.Open(path, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
-		var done bool
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			if done || !strings.HasPrefix(string(name), "oncekv.window/") {
-				return nil
-			}
-			done = true
-			mkey := append([]byte{0, 3}, "payorder-1"...)
-			v := append([]byte(nil), b.Get(mkey)...)
-			require.NotEmpty(t, v)
-			v[len(v)/2] ^= 0x40
-			return b.Put(mkey, v)
-		})
-	}))
-	require.NoError(t, db.Close())
-
+	damageMark(t, path)
 	r = cli(t, "check", path)
 	require.Equal(t, 1, r.code, r.stderr)
 	require.Contains(t, r.stdout, `bucket "oncekv.window/2024-05-01T10:00:00Z" key "pay/order-1": checksum mismatch`)
@@ -175,4 +156,28 @@ func TestCheck(t *testing.T) {
 	require.NoError(t, os.WriteFile(notStore, []byte("not a bbolt file at all, not even close"), 0o600))
 	r = cli(t, "check", notStore)
 	require.Equal(t, 1, r.code, r.stdout+r.stderr)
+}
+
+// damageMark flips one byte of the mark of pay/order-1 in its window of the
+// fixture at path: the bbolt file stays sound, the record's checksum does
+// not.
+func damageMark(t *testing.T, path string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		var done bool
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			if done || !strings.HasPrefix(string(name), "oncekv.window/") {
+				return nil
+			}
+			done = true
+			mkey := append([]byte{0, 3}, "payorder-1"...)
+			v := append([]byte(nil), b.Get(mkey)...)
+			require.NotEmpty(t, v)
+			v[len(v)/2] ^= 0x40
+			return b.Put(mkey, v)
+		})
+	}))
+	require.NoError(t, db.Close())
 }

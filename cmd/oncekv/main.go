@@ -5,7 +5,9 @@
 // holds open, and opens it read-only for the commands that only read.
 //
 // Exit codes: 0 success, 1 not found or problems found, 2 usage or error.
-// Run "oncekv help" for the commands, "oncekv COMMAND -h" for one.
+// Run "oncekv help" for the commands, "oncekv COMMAND -h" for one. Example
+// shows "oncekv mark"; docs/operating.md in the repository has every
+// command and a session.
 package main
 
 import "os"

@@ -112,9 +112,16 @@ type result struct {
 // cli runs the oncekv binary with args.
 func cli(t testing.TB, args ...string) result {
 	t.Helper()
+	return cliIn(t, "", args...)
+}
+
+// cliIn runs the oncekv binary with args in dir ("": this one).
+func cliIn(t testing.TB, dir string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
