@@ -300,6 +300,9 @@ var (
 	// repository's root), one tab less, and FILE calls FUNC: an Example
 	// runs it.
 	bodyMarker = regexp.MustCompile(`^<!-- checked: the body of (\w+) in (\S+) -->$`)
+	// The block is the whole function FUNC (its declaration, without its
+	// doc comment) in FILE: an Example or a test, so it compiles and runs.
+	funcMarker = regexp.MustCompile(`^<!-- checked: the function (\w+) in (\S+) -->$`)
 	// A test TEST in package directory DIR reads this document and runs
 	// the block.
 	testMarker = regexp.MustCompile(`^<!-- checked: run by (\w+) in (\S+) -->$`)
@@ -381,6 +384,24 @@ func goFuncBody(t *testing.T, path, name string) (body, file string) {
 	return "", ""
 }
 
+// goFuncDecl returns the declaration of the function name in the Go file
+// path, from "func" to its closing brace and a newline.
+func goFuncDecl(t *testing.T, path, name string) string {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, src, parser.SkipObjectResolution)
+	require.NoError(t, err)
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && fn.Name.Name == name {
+			return string(src[fset.Position(fn.Pos()).Offset:fset.Position(fn.End()).Offset]) + "\n"
+		}
+	}
+	t.Fatalf("%s has no function %s", path, name)
+	return ""
+}
+
 // TestDocsCodeBlocks: every fenced code block of README.md and docs/*.md
 // has a marker above it saying how it is checked, and that check holds, so
 // that no snippet of a guide can stop compiling or running unseen.
@@ -391,11 +412,15 @@ func TestDocsCodeBlocks(t *testing.T) {
 	for _, doc := range docFiles(t) {
 		for _, b := range docBlocks(t, doc) {
 			where := fmt.Sprintf("%s:%d", b.doc, b.line)
-			switch m, tm := bodyMarker.FindStringSubmatch(b.marker), testMarker.FindStringSubmatch(b.marker); {
+			m, tm, fm := bodyMarker.FindStringSubmatch(b.marker), testMarker.FindStringSubmatch(b.marker), funcMarker.FindStringSubmatch(b.marker)
+			switch {
 			case m != nil:
 				body, file := goFuncBody(t, filepath.FromSlash(m[2]), m[1])
 				require.Equal(t, body, b.body, "%s: the block must be the body of %s in %s, one tab less", where, m[1], m[2])
 				require.GreaterOrEqual(t, strings.Count(file, m[1]+"("), 2, "%s: nothing in %s calls %s", where, m[2], m[1])
+			case fm != nil:
+				decl := goFuncDecl(t, filepath.FromSlash(fm[2]), fm[1])
+				require.Equal(t, decl, b.body, "%s: the block must be the function %s in %s", where, fm[1], fm[2])
 			case tm != nil:
 				requireTestReads(t, where, tm[2], tm[1], b.doc)
 			case b.marker == ciMarker:
