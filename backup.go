@@ -88,16 +88,6 @@ func (db *DB) BackupFile(path string) (n int64, err error) {
 	return n, syncDir(dir)
 }
 
-// trimmed wraps err so that its message loses a leading "oncekv: ", for an
-// error about to be wrapped in one that says it already; errors.Is still
-// sees err.
-func trimmed(err error) error { return &trimmedError{err} }
-
-type trimmedError struct{ err error }
-
-func (e *trimmedError) Error() string { return trimPrefix(e.err) }
-func (e *trimmedError) Unwrap() error { return e.err }
-
 // userWriter is the caller's writer, called from inside bbolt: a panic in
 // it is the caller's, and guard raises it again rather than take it for a
 // damaged file.

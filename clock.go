@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // clockConfirmReadings is how many readings in a row must agree on a
@@ -132,4 +134,27 @@ func (c *monotonicClock) atLeast(n int64) {
 			return
 		}
 	}
+}
+
+// Now returns the store's clock: Options.Now, never going backwards (a
+// reading is never earlier than one before it). Leases, windows and
+// InProgressError.RetryAfter are all by this clock, so a package built on
+// the store (a queue, an HTTP middleware) should take its time here too,
+// and one injected Options.Now then drives everything. It works after
+// Close too.
+func (db *DB) Now() time.Time { return db.clock.read() }
+
+// saveClockLocked piggy-backs the store's clock on w, a write transaction
+// about to run, when it has moved clockSaveEvery or more since it was last
+// saved. Without it, only Close and expiry saved the clock, and a crash
+// followed by a restart on a clock stepped back revived leases that had run
+// out. Saving on a commit that writes anyway costs one small record, and
+// at most once per clockSaveEvery under load, not once per commit.
+func (db *DB) saveClockLocked(w *writeTx) error {
+	now := w.now.UnixNano()
+	if db.clockSaved > now-int64(clockSaveEvery) {
+		return nil
+	}
+	w.clockSaved = true
+	return layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.windows.Floor(), ClockHigh: now})
 }

@@ -1,34 +1,50 @@
 package oncekv
 
 import (
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// openedFilters is what Open learnt about the persisted Bloom filters, for
-// Close to know what it must persist. Open sets it before the DB is shared;
-// after that only Close reads it, once every call in flight has ended, so
-// it needs no lock.
-type openedFilters struct {
-	// provenTx is the bbolt transaction the file was at when Open loaded
-	// the newest window's filter that the last clean Close persisted; 0
-	// when Open rebuilt it. While the file is still there, that filter is
-	// still current, and Close has nothing to write.
-	provenTx int
-	// rebuiltSealed are the sealed windows whose persisted filter was
-	// missing or damaged, so Open rebuilt it from their keys. A sealed
-	// window never gains a key, so Close can persist the rebuilt one and
-	// spare the next Open the work.
-	rebuiltSealed []int64
-	// rebuilt counts the windows whose filter Open rebuilt by reading
-	// every key (see FiltersRebuiltAtOpen in export_test.go).
-	rebuilt int
-	// staleStamp is set when the file holds a newest-window filter whose
-	// stamp no longer matches it, for a writable Open to delete (see
-	// layout.DropNewestFilter), whether or not filters are on.
-	staleStamp bool
+// Close waits for the calls in flight to finish, then closes the file.
+// Before it does, it stores what the next Open would otherwise rebuild by
+// reading every key of the newest window, that window's Bloom filter (a
+// store opened and closed untouched is left as it was). Every later call
+// returns ErrClosed. Closing twice is not an error: a
+// Close that finds another one under way waits for it, so that the file is
+// closed (and may be opened again) whichever Close returns first.
+func (db *DB) Close() error {
+	if db.expirer.stop != nil {
+		db.expirer.stop()
+		<-db.expirer.done
+	}
+	if !db.life.close() {
+		<-db.life.done
+		return nil
+	}
+	defer close(db.life.done)
+	// Keep the clock's high-water mark and the newest window's filter for
+	// the next Open (see clock.go and loadNewestFilter), only when there is
+	// something new to keep (see closeNeedsSave). A store that cannot write
+	// any more (poisoned, full disk) still closes: without the filters, the
+	// next Open rebuilds them; the clock is tried again on its own, being
+	// a few bytes where a filter may be megabytes.
+	if save, ok := db.closeNeedsSave(); ok {
+		// Close saves the latest reading the store took, and takes no
+		// new one: what the next Open resumes from is what this store
+		// acted on, whether or not Close had filters to write too.
+		db.closing = true
+		err := db.write(func(w *writeTx) error { return save.writeLocked(db, w) })
+		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0) {
+			db.log.Warn("closing without saving the Bloom filters", "path", db.path, "err", err)
+			save = closeSave{clock: true}
+			err = db.write(func(w *writeTx) error { return save.writeLocked(db, w) })
+		}
+		if err != nil {
+			db.log.Warn("closing without saving what the next Open needs", "path", db.path,
+				"clock", save.clock, "filters", save.newest != nil || len(save.sealed) > 0, "err", err)
+		}
+	}
+	return db.bolt.Close()
 }
 
 // closeSave is what Close writes for the next Open, in one transaction.
@@ -75,19 +91,6 @@ func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 		}
 	}
 	return save, save.clock || save.newest != nil || len(save.sealed) > 0
-}
-
-// newestFilterCurrent reports whether the file's persisted newest-window
-// filter is still current: Open loaded it, and nothing committed since.
-func (db *DB) newestFilterCurrent() bool {
-	if db.opened.provenTx == 0 {
-		return false
-	}
-	var now int
-	if err := db.bolt.View(func(tx *bolt.Tx) error { now = tx.ID(); return nil }); err != nil {
-		return false
-	}
-	return now == db.opened.provenTx
 }
 
 // writeLocked writes save in w. The newest window's filter is stamped with

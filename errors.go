@@ -345,3 +345,29 @@ var (
 	// has no mark in the live windows: never seen, forgotten, or expired.
 	ErrNotFound = errors.New("oncekv: no mark for the key")
 )
+
+// ErrInvalidMark: LoadMarks was given a mark whose state is not one of the
+// MarkState values. Nothing was written.
+var ErrInvalidMark = errors.New("oncekv: invalid mark")
+
+// ErrMarkOwnKey is returned by Tx.Mark (and Tx.LookupMark) called from
+// Apply's effect with the very (handler, key) that Apply is applying, or
+// from Claim.Complete's effect with the claim's own: Apply or Complete
+// writes that mark itself when the effect returns.
+var ErrMarkOwnKey = errors.New("oncekv: mark: the key is the one its Apply is applying")
+
+// ErrPublish: Publish was given an empty name, a nil DB, or a name that
+// expvar already holds for another variable or for a DB that is still open.
+// Nothing was published.
+var ErrPublish = errors.New("oncekv: cannot publish stats to expvar")
+
+// trimmed wraps err so that its message loses a leading "oncekv: ", for an
+// error about to be wrapped in one that says it already; errors.Is still
+// sees err.
+func trimmed(err error) error { return &trimmedError{err} }
+
+type trimmedError struct{ err error }
+
+func (e *trimmedError) Error() string { return trimPrefix(e.err) }
+
+func (e *trimmedError) Unwrap() error { return e.err }

@@ -7,6 +7,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/layout"
+	"github.com/oncekv/oncekv/internal/windows"
 )
 
 // ExpireStats reports what one Expire call dropped and what it cost.
@@ -159,33 +160,39 @@ func (db *DB) expireInBackground(ctx context.Context) {
 	}
 }
 
-// Forget drops the mark of (handler, key), so the next delivery of the key
-// is applied again: for an operator who knows a failure must be retried, or
-// a key that must be processed afresh. Forgetting a key that has no mark is
-// not an error. A key held by a live claim returns ErrInProgress (an
-// *InProgressError saying until when) and stays.
-func (db *DB) Forget(handler, key string) error {
+// ExpireDue returns the windows that Expire would drop if it ran now, oldest
+// first, and drops nothing: an expiry dry run, for an operator who wants to
+// see what a retry would no longer be deduplicated against. It reads the
+// clock as Expire does, so its answer is Expire's as long as no mark or
+// claim is written in between. It works on a read-only DB.
+func (db *DB) ExpireDue() ([]WindowStats, error) {
 	if !db.life.enter() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	defer db.life.exit()
-	req := Request{Handler: handler, Key: key}
-	o, err := db.newOp(context.Background(), &req, nil)
-	if err != nil {
-		return requestError("forget", &req, err)
+	store, raw := db.clock.readRaw()
+	var due []WindowStats
+	for _, w := range db.expirable(min(store.UnixNano(), raw.UnixNano())) {
+		due = append(due, WindowStats{
+			Start: time.Unix(0, w.Start),
+			End:   time.Unix(0, db.window.End(w.Start)),
+			Marks: uint64(w.Marks.Load()),
+		})
 	}
-	err = db.write(func(w *writeTx) error {
-		m, err := db.findMark(w.btx, o.mkey)
-		if err != nil || m == nil {
-			return err
+	return due, nil
+}
+
+// expirable returns the live windows, oldest first, that have expired at
+// now (Unix nanoseconds). Windows go oldest first, and stop at the first
+// one to keep, since the floor drops everything below it: a window holding
+// a claim whose lease is still running is kept until it ends (and the newer
+// ones with it), so a live claim never loses its mark.
+func (db *DB) expirable(now int64) []*windows.Live {
+	live := db.windows.Windows()
+	for i, w := range live {
+		if now < db.window.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {
+			return live[:i]
 		}
-		if m.State == layout.InProgress && w.now.UnixNano() < m.LeaseUntil {
-			return &InProgressError{until: timeFromNano(m.LeaseUntil)}
-		}
-		return w.deleteMark(m.Window, o.mkey)
-	})
-	if err != nil {
-		return requestError("forget", &req, err)
 	}
-	return nil
+	return live
 }

@@ -1,17 +1,11 @@
 package oncekv
 
 import (
-	"errors"
 	"expvar"
 	"fmt"
 	"sync"
 	"sync/atomic"
 )
-
-// ErrPublish: Publish was given an empty name, a nil DB, or a name that
-// expvar already holds for another variable or for a DB that is still open.
-// Nothing was published.
-var ErrPublish = errors.New("oncekv: cannot publish stats to expvar")
 
 // published holds the names Publish has given to expvar. expvar can never
 // unpublish a name, so this map grows by one entry per distinct name ever
@@ -83,13 +77,4 @@ func publishVar(name string, v expvar.Var) (err error) {
 	}()
 	expvar.Publish(name, v)
 	return nil
-}
-
-// isOpen reports whether Close has not begun.
-func (db *DB) isOpen() bool {
-	if !db.life.enter() {
-		return false
-	}
-	db.life.exit()
-	return true
 }

@@ -36,6 +36,27 @@ func (db *DB) NextFence(resource string) (uint64, error) {
 	return token, nil
 }
 
+// NextFence issues a fencing token for resource inside the transaction:
+// the same counter as DB.NextFence, strictly greater than every token
+// issued for resource before, and committed with the transaction. If the
+// transaction rolls back, so does the counter, and the token was never
+// issued: nothing can have used it outside, since the transaction's
+// writes never became visible.
+//
+// Errors: ErrTxNotWritable in a read-only transaction, ErrTxClosed after
+// it ended, ErrResourceRequired for an empty resource, ErrKeyTooLarge for
+// one over bbolt's key limit; each names the resource.
+func (tx *Tx) NextFence(resource string) (uint64, error) {
+	if err := tx.checkWrite(); err != nil {
+		return 0, &resourceError{resource: resource, err: err}
+	}
+	token, err := layout.NextToken(tx.btx, []byte(resource))
+	if err != nil {
+		return 0, &resourceError{resource: resource, err: err}
+	}
+	return token, nil
+}
+
 // resourceError names the resource of a failed NextFence.
 type resourceError struct {
 	resource string

@@ -8,12 +8,6 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// ErrMarkOwnKey is returned by Tx.Mark (and Tx.LookupMark) called from
-// Apply's effect with the very (handler, key) that Apply is applying, or
-// from Claim.Complete's effect with the claim's own: Apply or Complete
-// writes that mark itself when the effect returns.
-var ErrMarkOwnKey = errors.New("oncekv: mark: the key is the one its Apply is applying")
-
 // Mark records req in the open write transaction exactly as Apply would
 // record it, with response as the stored response, and returns the result
 // Apply would return, so an effect (or any Update) can deduplicate work of
@@ -122,25 +116,4 @@ func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
 		return Result{}, outcomeAborted, fmt.Errorf("oncekv: write mark: %w", err)
 	}
 	return Result{Response: bytes.Clone(resp), FirstSeen: timeFromNano(mark.FirstSeen)}, outcomeApplied, nil
-}
-
-// NextFence issues a fencing token for resource inside the transaction:
-// the same counter as DB.NextFence, strictly greater than every token
-// issued for resource before, and committed with the transaction. If the
-// transaction rolls back, so does the counter, and the token was never
-// issued: nothing can have used it outside, since the transaction's
-// writes never became visible.
-//
-// Errors: ErrTxNotWritable in a read-only transaction, ErrTxClosed after
-// it ended, ErrResourceRequired for an empty resource, ErrKeyTooLarge for
-// one over bbolt's key limit; each names the resource.
-func (tx *Tx) NextFence(resource string) (uint64, error) {
-	if err := tx.checkWrite(); err != nil {
-		return 0, &resourceError{resource: resource, err: err}
-	}
-	token, err := layout.NextToken(tx.btx, []byte(resource))
-	if err != nil {
-		return 0, &resourceError{resource: resource, err: err}
-	}
-	return token, nil
 }

@@ -1,7 +1,6 @@
 package oncekv
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -11,10 +10,6 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/windows"
 )
-
-// minFilterKeys is the smallest number of keys a window's filter is planned
-// for. The filter grows past its plan, so a small guess is cheap.
-const minFilterKeys = 4096
 
 // loadWindows builds the in-memory list of live windows at Open. No step
 // reads the marks themselves: a window's mark count is its bucket's
@@ -82,155 +77,6 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 	return nil
 }
 
-func (db *DB) filtersOn() bool { return db.opts.BloomFalsePositiveRate > 0 }
-
-// newFilter returns an empty filter planned for about keys keys.
-func (db *DB) newFilter(keys uint64) (*bloom.Filter, error) {
-	return bloom.New(max(keys, minFilterKeys), db.opts.BloomFalsePositiveRate)
-}
-
-// decodeFilter returns the persisted filter of the sealed window starting
-// at start, or nil when there is none or it does not decode.
-func (db *DB) decodeFilter(tx *bolt.Tx, start int64) *bloom.Filter {
-	raw := layout.GetFilter(tx, start)
-	if raw == nil {
-		return nil
-	}
-	return db.decodeOrWarn(raw, start)
-}
-
-// decodeOrWarn decodes a persisted filter of the window starting at start,
-// or logs why it cannot and returns nil, for the caller to rebuild it.
-func (db *DB) decodeOrWarn(raw []byte, start int64) *bloom.Filter {
-	f, err := bloom.Decode(raw)
-	if err != nil {
-		db.log.Warn("rebuilding a window's Bloom filter", "window", time.Unix(0, start).UTC(), "err", err)
-		return nil
-	}
-	return f
-}
-
-// loadNewestFilter returns the filter the last clean Close persisted for
-// the newest window, the one starting at start, when the file proves it
-// current (see layout.FilterStamp), or nil. A filter that lacked a
-// committed key would turn a duplicate into a second run of its effect, so
-// anything short of proof means a rebuild: after a crash, the process that
-// died may have written marks the filter never learnt.
-//
-// raw, state and err are what layout.NewestFilter found in the
-// transaction txid, Open's first look at the windows, before Open wrote
-// anything itself: a write of Open's own (a legacy file's upgrade) moves
-// the file past the stamp, and costs one rebuild.
-func (db *DB) loadNewestFilter(txid int, start int64, raw []byte, state layout.NewestFilterState, err error) *bloom.Filter {
-	switch state {
-	case layout.FilterCurrent:
-		if f := db.decodeOrWarn(raw, start); f != nil {
-			db.opened.provenTx = txid
-			return f
-		}
-	case layout.FilterStale:
-		db.log.Info("rebuilding the newest window's Bloom filter: the store was written after its last clean Close",
-			"path", db.path, "window", time.Unix(0, start).UTC())
-	case layout.FilterDamaged:
-		db.log.Warn("rebuilding a window's Bloom filter", "window", time.Unix(0, start).UTC(), "err", err)
-	case layout.FilterMissing:
-		db.log.Debug("rebuilding the newest window's Bloom filter: none was persisted", "path", db.path)
-	}
-	return nil
-}
-
-func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error) {
-	f, err := db.newFilter(marks + marks/4)
-	if err != nil {
-		return nil, err
-	}
-	err = b.ForEach(func(mkey, _ []byte) error {
-		f.Add(bloom.Sum64(mkey))
-		return nil
-	})
-	return f, err
-}
-
-// findMark is the one look-up of a key's mark that every path uses. It looks
-// in the live windows newest first, and skips a window whose filter says the
-// key is definitely not there. A positive answer is always confirmed by the
-// exact look-up, so a false positive costs one B-tree read and never drops a
-// request.
-//
-// The filters know every committed mark: a write transaction teaches them
-// its marks after it commits and before the next writer starts. What they
-// cannot know is a mark written earlier in the same, still open,
-// transaction (an earlier request of the same group or batch), so for a key
-// written in the current transaction the look-up reads every window.
-func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*layout.FoundMark, error) {
-	return db.findMarkFrom(btx, mkey, bloom.Sum64(mkey), math.MinInt64)
-}
-
-// findMarkFrom is findMark for a request that has already looked, in an
-// earlier snapshot, in every window starting before from, and found nothing.
-// Those windows were sealed then: a new mark only ever goes into the newest
-// window, and a mark that moves (see rewriteMark) into the newest or a newer
-// one, so a sealed window never gains a key, and what a snapshot did not
-// find there is not there now. The write path of such a request looks only
-// in the window or two that can still change, so its cost does not grow
-// with the number of live windows. h is bloom.Sum64(mkey), which the
-// request hashed once.
-func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
-	if btx.Writable() && db.current != nil && db.current.wroteHash(h) {
-		m, err := layout.FindMark(btx, mkey, db.windows.Floor())
-		return db.releaseOrphan(m), err
-	}
-	return db.lookIn(btx, db.windows.Windows(), mkey, h, from)
-}
-
-// lookIn is findMarkFrom in the windows of live (as db.windows listed them
-// at some point) only, for a read transaction, or for a write transaction
-// whose own marks do not include the key's.
-func (db *DB) lookIn(btx *bolt.Tx, live []*windows.Live, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
-	for i := len(live) - 1; i >= 0 && live[i].Start >= from; i-- {
-		w := live[i]
-		if w.Filter != nil && !db.filterMayContain(w.Filter, h) {
-			db.countLookup(btx, true)
-			continue
-		}
-		b := btx.Bucket(layout.WindowName(w.Start))
-		if b == nil {
-			continue // created after this snapshot, or being expired
-		}
-		m, err := layout.GetMark(b, w.Start, mkey)
-		if m != nil || err != nil {
-			return db.releaseOrphan(m), err
-		}
-		if w.Filter != nil {
-			db.countLookup(btx, false)
-		}
-	}
-	return nil, nil
-}
-
-// mayHaveMark reports whether any of the live windows might hold the key
-// hashed h (bloom.Sum64 of its mark key): false means the key was certainly
-// never seen (as of the last commit), and the read transaction of the
-// duplicate fast path can be skipped altogether.
-func (db *DB) mayHaveMark(live []*windows.Live, h uint64) bool {
-	for _, w := range live {
-		if w.Filter == nil || db.filterMayContain(w.Filter, h) {
-			return true
-		}
-	}
-	return false
-}
-
-// filterMayContain asks f about h, through filterHook when a test has set
-// one to play the adversary.
-func (db *DB) filterMayContain(f *bloom.Filter, h uint64) bool {
-	maybe := f.MayContain(h)
-	if db.filterHook != nil {
-		return db.filterHook(maybe)
-	}
-	return maybe
-}
-
 // placeMark returns the window a new mark goes into at now. It runs in a
 // write transaction, and goes no earlier than a window that transaction
 // opened: opening it sealed the window before, whose filter is persisted
@@ -245,58 +91,6 @@ func (db *DB) placeMark(now time.Time) int64 {
 		}
 	}
 	return start
-}
-
-// sealLocked persists the filter of the newest window before a newer window
-// receives its first mark, in the same transaction. From then on the sealed
-// window only receives rewrites of marks it already holds, so the stored
-// filter stays complete, and Open can load it instead of reading every key.
-//
-// The in-memory filter learns a transaction's marks only once it has
-// committed, so the stored one also gets the new marks this transaction
-// (db.current, which runs it) wrote into the window before sealing it: a
-// LoadMarks of marks of both windows.
-func (db *DB) sealLocked(btx *bolt.Tx, newStart int64) error {
-	newest := db.windows.Newest()
-	if newest == nil || newest.Start >= newStart || newest.Filter == nil {
-		return nil
-	}
-	enc, err := newest.Filter.MarshalBinary()
-	if err == nil {
-		enc, err = db.withMarksOfCurrent(enc, newest.Start)
-	}
-	if err != nil {
-		return fmt.Errorf("oncekv: encode window filter: %w", err)
-	}
-	return layout.PutFilter(btx, newest.Start, enc)
-}
-
-// withMarksOfCurrent returns enc, an encoded filter of the window starting
-// at start, with the keys of the new marks the current transaction wrote
-// into that window added. The in-memory filter is left alone: readers use
-// it, and this transaction may still roll back.
-func (db *DB) withMarksOfCurrent(enc []byte, start int64) ([]byte, error) {
-	w := db.current
-	if w == nil {
-		return enc, nil
-	}
-	var f *bloom.Filter
-	for _, m := range w.marked {
-		if m.window != start || !m.fresh || m.removed {
-			continue
-		}
-		if f == nil {
-			var err error
-			if f, err = bloom.Decode(enc); err != nil {
-				return nil, err
-			}
-		}
-		f.Add(m.hash)
-	}
-	if f == nil {
-		return enc, nil
-	}
-	return f.MarshalBinary()
 }
 
 // learnLocked publishes what a committed transaction wrote: new windows,
@@ -402,17 +196,16 @@ func (w *writeTx) leaseEnd(window int64) int64 {
 	return end
 }
 
-// saveClockLocked piggy-backs the store's clock on w, a write transaction
-// about to run, when it has moved clockSaveEvery or more since it was last
-// saved. Without it, only Close and expiry saved the clock, and a crash
-// followed by a restart on a clock stepped back revived leases that had run
-// out. Saving on a commit that writes anyway costs one small record, and
-// at most once per clockSaveEvery under load, not once per commit.
-func (db *DB) saveClockLocked(w *writeTx) error {
-	now := w.now.UnixNano()
-	if db.clockSaved > now-int64(clockSaveEvery) {
-		return nil
+// unlearnLocked takes the marks a committed transaction deleted off their
+// windows' counts. It runs under writeMu, like learnLocked, so a count
+// always equals the marks its window holds in the last commit: each
+// decrement is for a mark that existed and was counted, and no count can go
+// below zero. (A window expired meanwhile is no longer in the set, and
+// nobody counts its marks any more.)
+func (db *DB) unlearnLocked(windows []int64) {
+	for _, start := range windows {
+		if w := db.windows.Find(start); w != nil {
+			w.Marks.Add(-1) // the filter keeps the key: a false positive, never a false negative
+		}
 	}
-	w.clockSaved = true
-	return layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.windows.Floor(), ClockHigh: now})
 }

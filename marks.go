@@ -1,9 +1,12 @@
 package oncekv
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -187,20 +190,6 @@ func (db *DB) ReleaseClaim(handler, key string, token uint64) error {
 	return requestError("release claim", &req, err)
 }
 
-// markKey validates req's handler and key and returns its mark key.
-func markKey(req *Request) ([]byte, error) {
-	switch {
-	case req.Handler == "":
-		return nil, ErrHandlerRequired
-	case req.Key == "":
-		return nil, ErrKeyRequired
-	}
-	if err := layout.CheckMarkKey(req.Handler, req.Key); err != nil {
-		return nil, err
-	}
-	return layout.MarkKey(req.Handler, req.Key), nil
-}
-
 func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) MarkInfo {
 	info := MarkInfo{
 		Handler:     handler,
@@ -223,4 +212,203 @@ func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) Ma
 		}
 	}
 	return info
+}
+
+// MarkFilter selects the marks DB.Marks lists. A zero field selects every
+// mark, so the zero MarkFilter lists them all.
+type MarkFilter struct {
+	// Handler, when set, keeps the marks of this handler only. Mark keys
+	// begin with their handler, so this reads only that handler's keys.
+	Handler string
+	// State, when set, keeps the marks in this state only.
+	State MarkState
+	// Window, when set, keeps the marks of the window starting at this
+	// instant only (MarkInfo.Window, WindowStats.Start).
+	Window time.Time
+}
+
+// Marks calls fn with every mark in the live windows that filter selects,
+// oldest window first and in key order within a window, until fn returns
+// an error, which Marks returns. Like Claims it is for operators and tools
+// (listing, dumping), not a hot path: fn runs inside one read transaction,
+// which holds bbolt's memory map while it runs, and must not call other DB
+// methods.
+//
+// Errors: ErrKeyTooLarge for a filter handler that no mark key could hold;
+// ErrCorrupt (a *RecordError naming bucket and key) for a mark that does
+// not decode; ErrClosed after Close.
+func (db *DB) Marks(filter MarkFilter, fn func(MarkInfo) error) error {
+	if !db.life.enter() {
+		return ErrClosed
+	}
+	defer db.life.exit()
+	var prefix []byte
+	if filter.Handler != "" {
+		if err := layout.CheckMarkKey(filter.Handler, ""); err != nil {
+			return fmt.Errorf("oncekv: marks: %w", err)
+		}
+		prefix = layout.MarkKey(filter.Handler, "")
+	}
+	floor := db.windows.Floor()
+	return db.guard(func() error {
+		return db.bolt.View(func(btx *bolt.Tx) error {
+			return layout.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
+				if start < floor || (!filter.Window.IsZero() && start != filter.Window.UnixNano()) {
+					return nil // expired (being deleted), or not asked for
+				}
+				return db.windowMarks(w, start, prefix, filter.State, fn)
+			})
+		})
+	})
+}
+
+// windowMarks calls fn with the marks of window w whose key begins with
+// prefix and whose state is state (any state when 0).
+func (db *DB) windowMarks(w *bolt.Bucket, start int64, prefix []byte, state MarkState, fn func(MarkInfo) error) error {
+	c := w.Cursor()
+	k, _ := c.First()
+	if prefix != nil {
+		k, _ = c.Seek(prefix)
+	}
+	for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		m, err := layout.GetMark(w, start, k)
+		if err != nil {
+			return err
+		}
+		if state != 0 && MarkState(m.State) != state {
+			continue
+		}
+		handler, key, ok := layout.SplitMarkKey(k)
+		if !ok {
+			return &RecordError{Bucket: fmt.Sprintf("window %v", time.Unix(0, start).UTC()), Key: fmt.Sprintf("%x", k), Err: errors.New("malformed mark key")}
+		}
+		info := db.markInfo(handler, key, k, db.releaseOrphan(m))
+		if err := callUser(func() error { return fn(info) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadMarks writes marks, as DB.Marks listed them from another store (a
+// dump), into this one in one write transaction: for moving a store to
+// another machine. Each mark keeps its state, fingerprint, response or
+// error, token and FirstSeen. It goes into this store's window of its
+// Window (of its FirstSeen when Window is zero), so it expires no sooner
+// than it did in the other store, or into the newest window when that is
+// later (a window never gains a key once a newer one exists, including a
+// newer one this same call created): load marks oldest window first, as
+// Marks lists them, or later ones go into a later window than their own.
+// A mark that has expired by this store's clock and Retention is skipped:
+// loaded reports how many marks were written.
+//
+// Only DONE and FAILED marks are loaded. A claim in progress is refused
+// with ErrInProgress: its worker belongs to the other store, and a claim
+// taken here would get a token from this store's counter, possibly smaller
+// than the one the external system saw, which would then fence it off.
+//
+// Errors, each wrapped in a *RequestError naming the handler and key, and
+// nothing is written when one is returned: an error matching fs.ErrExist
+// when the key has a mark here already (or is given twice); ErrInProgress;
+// ErrInvalidMark for a State that is none of the MarkState values;
+// ErrResponseTooLarge; the bad input errors of Apply; ErrReadOnly;
+// ErrClosed.
+func (db *DB) LoadMarks(marks []MarkInfo) (loaded int, err error) {
+	if !db.life.enter() {
+		return 0, ErrClosed
+	}
+	defer db.life.exit()
+	err = db.write(func(w *writeTx) error {
+		loaded = 0
+		now := db.clock.read().UnixNano()
+		for i := range marks {
+			if db.window.ExpiresAt(db.window.Start(loadTime(&marks[i]))) <= now {
+				continue
+			}
+			if err := db.loadMarkLocked(w, &marks[i]); err != nil {
+				return requestError("load mark", &Request{Handler: marks[i].Handler, Key: marks[i].Key}, err)
+			}
+			loaded++
+		}
+		return nil
+	})
+	if err != nil {
+		loaded = 0
+	}
+	return loaded, err
+}
+
+// loadMarkLocked writes one mark of LoadMarks, in w.
+func (db *DB) loadMarkLocked(w *writeTx, info *MarkInfo) error {
+	mkey, err := markKey(&Request{Handler: info.Handler, Key: info.Key})
+	if err != nil {
+		return err
+	}
+	switch info.State {
+	case MarkDone, MarkFailed:
+	case MarkInProgress:
+		return fmt.Errorf("%w: a claim in progress is not loaded", ErrInProgress)
+	default:
+		return fmt.Errorf("oncekv: load mark: unknown state %d: %w", info.State, ErrInvalidMark)
+	}
+	if w.wrote(mkey) {
+		return fmt.Errorf("oncekv: load mark: the key is loaded twice: %w", fs.ErrExist)
+	}
+	if m, err := db.findMark(w.btx, mkey); err != nil || m != nil {
+		if err == nil {
+			err = fmt.Errorf("oncekv: load mark: the key has a %v mark already: %w", m.State, fs.ErrExist)
+		}
+		return err
+	}
+	m := &layout.Mark{
+		State:       layout.State(info.State),
+		PayloadHash: info.Fingerprint,
+		Response:    info.Response,
+		Error:       info.Error,
+		Token:       info.Token,
+		FirstSeen:   info.FirstSeen.UnixNano(),
+	}
+	if size := len(m.Response) + len(m.Error); size > MaxResponseSize {
+		return fmt.Errorf("%w: %d bytes, over %d", ErrResponseTooLarge, size, MaxResponseSize)
+	}
+	return w.putMark(db.placeMark(loadTime(info)), mkey, m)
+}
+
+// loadTime is the time whose window a loaded mark goes into.
+func loadTime(info *MarkInfo) time.Time {
+	if info.Window.IsZero() {
+		return info.FirstSeen
+	}
+	return info.Window
+}
+
+// Forget drops the mark of (handler, key), so the next delivery of the key
+// is applied again: for an operator who knows a failure must be retried, or
+// a key that must be processed afresh. Forgetting a key that has no mark is
+// not an error. A key held by a live claim returns ErrInProgress (an
+// *InProgressError saying until when) and stays.
+func (db *DB) Forget(handler, key string) error {
+	if !db.life.enter() {
+		return ErrClosed
+	}
+	defer db.life.exit()
+	req := Request{Handler: handler, Key: key}
+	o, err := db.newOp(context.Background(), &req, nil)
+	if err != nil {
+		return requestError("forget", &req, err)
+	}
+	err = db.write(func(w *writeTx) error {
+		m, err := db.findMark(w.btx, o.mkey)
+		if err != nil || m == nil {
+			return err
+		}
+		if m.State == layout.InProgress && w.now.UnixNano() < m.LeaseUntil {
+			return &InProgressError{until: timeFromNano(m.LeaseUntil)}
+		}
+		return w.deleteMark(m.Window, o.mkey)
+	})
+	if err != nil {
+		return requestError("forget", &req, err)
+	}
+	return nil
 }

@@ -2,11 +2,9 @@ package oncekv
 
 import (
 	"bytes"
-	"context"
 	"slices"
 	"time"
 
-	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/dupcache"
 	"github.com/oncekv/oncekv/internal/layout"
 )
@@ -46,46 +44,6 @@ func (db *DB) offer(epoch uint64, o *op, m *layout.FoundMark) {
 		e.Payload, e.HasPayload = bytes.Clone(o.req.Payload), true
 	}
 	db.dups.Put(epoch, e)
-}
-
-// cachedKeySize is the room Apply keeps on its stack for a mark key: a
-// longer one is never cached (see dupcache.MaxEntryBytes).
-const cachedKeySize = dupcache.MaxEntryBytes
-
-// applyFromCache answers a single Apply from the duplicate cache when it
-// can, and reports whether it did. Its one allocation is the copy of the
-// response: the mark key is built in buf, the op lives on the stack, and
-// the payload is hashed only when it is not the one the cached mark was
-// confirmed with. A request it cannot answer, bad input included, goes the
-// ordinary way.
-func (db *DB) applyFromCache(ctx context.Context, req *Request, buf *[cachedKeySize]byte) (Result, bool, error) {
-	if req.Handler == "" || req.Key == "" || len(req.Handler)+len(req.Key) > len(buf)-2 {
-		return Result{}, false, nil
-	}
-	mkey := layout.AppendMarkKey(buf[:0], req.Handler, req.Key)
-	e := db.dups.Get(bloom.Sum64(mkey), mkey)
-	if e == nil || e.Found.Window < db.windows.Floor() {
-		return Result{}, false, nil
-	}
-	// Only what answer reads: an op that held pointers (the key in buf,
-	// req) would move them to the heap along with the error it carries.
-	var o op
-	if e.HasPayload && len(req.Fingerprint) == 0 && bytes.Equal(req.Payload, e.Payload) {
-		o.hash = e.Found.PayloadHash
-	} else {
-		var err error
-		if o.hash, err = fingerprint(req); err != nil {
-			return Result{}, false, nil
-		}
-		if !e.HasPayload && len(req.Fingerprint) == 0 && o.hash == e.Found.PayloadHash && dupcache.Fits(e.MKey, &e.Found.Mark, len(req.Payload)) {
-			db.dups.AddPayload(e, req.Payload)
-		}
-	}
-	m := e.Found
-	m.Response = bytes.Clone(m.Response) // the caller's to modify; the entry's stays
-	o.answer(&m, time.Time{})            // final: the time does not matter
-	res, err := db.settleOutcome(ctx, req.Handler, req.Key, o.kind, o.res, o.err)
-	return res, true, err
 }
 
 // pin keeps the key hashed h (bloom.Sum64 of its mark key) out of the

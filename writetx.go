@@ -57,53 +57,6 @@ type writeTx struct {
 // one by one; past it, they are indexed by hash in writeTx.written.
 const scanMarked = 8
 
-// lookupCounts are the counters a transaction moves: refused fenced writes
-// and Bloom filter answers. They are published once per decision, never
-// once per attempt: a group transaction that rolls back and runs again
-// would count them twice (see writeLocked and commitOpsLocked).
-type lookupCounts struct {
-	fenced, bloomNegatives, bloomFalsePositives uint64
-}
-
-func (w *writeTx) counts() lookupCounts {
-	return lookupCounts{
-		fenced:              w.tx.life.Rejected(),
-		bloomNegatives:      w.bloomNegatives,
-		bloomFalsePositives: w.bloomFalsePositives,
-	}
-}
-
-func (c lookupCounts) sub(o lookupCounts) lookupCounts {
-	return lookupCounts{c.fenced - o.fenced, c.bloomNegatives - o.bloomNegatives, c.bloomFalsePositives - o.bloomFalsePositives}
-}
-
-func (s *statsCollector) addCounts(c lookupCounts) {
-	s.fencedWrites.Add(c.fenced)
-	s.bloomNegatives.Add(c.bloomNegatives)
-	s.bloomFalsePositives.Add(c.bloomFalsePositives)
-}
-
-// countLookup counts one window look-up that the window's filter answered:
-// negative when it said "definitely not there", a false positive when it
-// let the look-up through and the window did not hold the key. A look-up
-// of the write transaction in progress is counted with that transaction's
-// outcome; any other (a read transaction's) at once.
-func (db *DB) countLookup(btx *bolt.Tx, negative bool) {
-	if btx.Writable() && db.current != nil {
-		if negative {
-			db.current.bloomNegatives++
-		} else {
-			db.current.bloomFalsePositives++
-		}
-		return
-	}
-	if negative {
-		db.stats.bloomNegatives.Add(1)
-	} else {
-		db.stats.bloomFalsePositives.Add(1)
-	}
-}
-
 // writeLock is the store's write lock, held around every write
 // transaction. It is a one-slot semaphore rather than a sync.Mutex so that
 // a caller can stop waiting for it when its context ends: a request queued
@@ -326,20 +279,6 @@ func (w *writeTx) deleteMark(window int64, mkey []byte) error {
 		w.unmarked = append(w.unmarked, window)
 	}
 	return nil
-}
-
-// unlearnLocked takes the marks a committed transaction deleted off their
-// windows' counts. It runs under writeMu, like learnLocked, so a count
-// always equals the marks its window holds in the last commit: each
-// decrement is for a mark that existed and was counted, and no count can go
-// below zero. (A window expired meanwhile is no longer in the set, and
-// nobody counts its marks any more.)
-func (db *DB) unlearnLocked(windows []int64) {
-	for _, start := range windows {
-		if w := db.windows.Find(start); w != nil {
-			w.Marks.Add(-1) // the filter keeps the key: a false positive, never a false negative
-		}
-	}
 }
 
 // wrote reports whether this transaction may have written a mark for mkey.
