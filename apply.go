@@ -201,7 +201,7 @@ func (db *DB) answerFromSnapshot(ops []*op) bool {
 	// its newest was sealed by then, so the snapshot holds all its marks.
 	// The snapshot looks in these windows only: one created since holds
 	// only marks written since, which the write path looks for anyway.
-	live := db.windows.Windows()
+	live := db.live.Windows()
 	sealedBelow := int64(math.MinInt64)
 	if len(live) > 0 {
 		sealedBelow = live[len(live)-1].Start
@@ -306,7 +306,7 @@ func (db *DB) applyFromCache(ctx context.Context, req *Request, buf *[cachedKeyS
 	}
 	mkey := layout.AppendMarkKey(buf[:0], req.Handler, req.Key)
 	e := db.dups.Get(bloom.Sum64(mkey), mkey)
-	if e == nil || e.Found.Window < db.windows.Floor() {
+	if e == nil || e.Found.Window < db.live.Floor() {
 		return Result{}, false, nil
 	}
 	// Only what answer reads: an op that held pointers (the key in buf,

@@ -22,7 +22,7 @@ import (
 // gone, as a read would find it.
 func (db *DB) answerFromCache(o *op) bool {
 	e := db.dups.Get(o.mhash, o.mkey)
-	if e == nil || e.Found.Window < db.windows.Floor() {
+	if e == nil || e.Found.Window < db.live.Floor() {
 		return false
 	}
 	m := e.Found

@@ -227,7 +227,7 @@ func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
 	mark := layout.Mark{
 		State:       layout.InProgress,
 		PayloadHash: o.hash,
-		LeaseUntil:  leaseEnd(w.now, lease),
+		LeaseUntil:  leaseDeadline(w.now, lease),
 		Token:       token,
 		FirstSeen:   w.now.UnixNano(),
 	}
@@ -248,9 +248,9 @@ func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
 	return nil
 }
 
-// leaseEnd is now+lease in Unix nanoseconds, saturated rather than wrapped
+// leaseDeadline is now+lease in Unix nanoseconds, saturated rather than wrapped
 // around: an overflow would make a huge lease already expired.
-func leaseEnd(now time.Time, lease time.Duration) int64 {
+func leaseDeadline(now time.Time, lease time.Duration) int64 {
 	n := now.UnixNano()
 	if n > 0 && int64(lease) > math.MaxInt64-n {
 		return math.MaxInt64
@@ -351,7 +351,7 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 		var until int64
 		err := c.updateLocked(ctx, outcomeNone, bad, nil, func(w *writeTx, _ *op, m *layout.FoundMark) error {
 			mark := m.Mark
-			mark.LeaseUntil = leaseEnd(w.now, lease)
+			mark.LeaseUntil = leaseDeadline(w.now, lease)
 			until = mark.LeaseUntil
 			_, err := w.rewriteMark(m.Window, c.mkey, &mark)
 			return err

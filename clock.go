@@ -156,5 +156,5 @@ func (db *DB) saveClockLocked(w *writeTx) error {
 		return nil
 	}
 	w.clockSaved = true
-	return layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.windows.Floor(), ClockHigh: now})
+	return layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.live.Floor(), ClockHigh: now})
 }

@@ -33,11 +33,11 @@ func (db *DB) Close() error {
 		// new one: what the next Open resumes from is what this store
 		// acted on, whether or not Close had filters to write too.
 		db.closing = true
-		err := db.write(func(w *writeTx) error { return save.writeLocked(db, w) })
+		err := db.write(func(w *writeTx) error { return save.put(db, w) })
 		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0) {
 			db.log.Warn("closing without saving the Bloom filters", "path", db.path, "err", err)
 			save = closeSave{clock: true}
-			err = db.write(func(w *writeTx) error { return save.writeLocked(db, w) })
+			err = db.write(func(w *writeTx) error { return save.put(db, w) })
 		}
 		if err != nil {
 			db.log.Warn("closing without saving what the next Open needs", "path", db.path,
@@ -81,11 +81,11 @@ func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 	}
 	save.clock = db.clock.high.Load() > db.clockSaved
 	if db.filtersOn() {
-		if n := db.windows.Newest(); n != nil && n.Filter != nil && !db.newestFilterCurrent() {
+		if n := db.live.Newest(); n != nil && n.Filter != nil && !db.newestFilterCurrent() {
 			save.newest = &windowFilter{n.Start, n.Filter}
 		}
 		for _, start := range db.opened.rebuiltSealed {
-			if w := db.windows.Find(start); w != nil && w != db.windows.Newest() && w.Filter != nil {
+			if w := db.live.Find(start); w != nil && w != db.live.Newest() && w.Filter != nil {
 				save.sealed = append(save.sealed, windowFilter{start, w.Filter})
 			}
 		}
@@ -93,12 +93,12 @@ func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 	return save, save.clock || save.newest != nil || len(save.sealed) > 0
 }
 
-// writeLocked writes save in w. The newest window's filter is stamped with
+// put writes save in w. The newest window's filter is stamped with
 // w's transaction: it describes the file exactly as w commits it, since
 // nothing writes after Close.
-func (save closeSave) writeLocked(db *DB, w *writeTx) error {
+func (save closeSave) put(db *DB, w *writeTx) error {
 	if save.clock {
-		err := layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.windows.Floor(), ClockHigh: w.now.UnixNano()})
+		err := layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.live.Floor(), ClockHigh: w.now.UnixNano()})
 		if err != nil {
 			return err
 		}

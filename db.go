@@ -16,11 +16,11 @@ import (
 // marks and fences. A DB is safe for concurrent use by many goroutines. Only
 // one DB may have a file open at a time, across all processes.
 type DB struct {
-	path   string
-	opts   Options
-	window window.Config
-	log    *slog.Logger
-	bolt   *bolt.DB
+	path         string
+	opts         Options
+	windowConfig window.Config
+	log          *slog.Logger
+	bolt         *bolt.DB
 
 	life lifecycle
 	// closing is set by Close, once every call has ended, before its own
@@ -37,9 +37,9 @@ type DB struct {
 
 	// current is the write transaction in progress, guarded by writeMu.
 	current *writeTx
-	// windows are the live dedup windows and their filters.
-	windows *windows.Set
-	// dups caches final marks for the duplicate fast path (see dups.go).
+	// live are the live dedup windows and their filters.
+	live *windows.Set
+	// dups caches final marks for the duplicate fast path (see cache.go).
 	dups dupcache.Cache
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock

@@ -64,20 +64,20 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	// Options.MaxClockJump) expires nothing.
 	store, raw := db.clock.readRaw()
 	now := min(store.UnixNano(), raw.UnixNano())
-	floor := db.windows.Floor()
+	floor := db.live.Floor()
 	for _, w := range db.expirable(now) {
-		floor = max(floor, db.window.End(w.Start))
+		floor = max(floor, db.windowConfig.End(w.Start))
 	}
-	if floor > db.windows.Floor() {
+	if floor > db.live.Floor() {
 		// The clock's high-water mark goes with the floor (and is saved
 		// again at Close), so a restart on a clock that stepped back
 		// resumes from here.
 		var high int64
-		if err := db.step(st, func(btx *bolt.Tx) error {
+		if err := db.expireTx(st, func(btx *bolt.Tx) error {
 			high = db.clock.read().UnixNano()
 			return layout.WriteExpiry(btx, layout.Expiry{Floor: floor, ClockHigh: high})
 		}, func() {
-			db.windows.DropBelow(floor)
+			db.live.DropBelow(floor)
 			db.clockSaved = high // learned under the write lock, as saveClockLocked's
 		}); err != nil {
 			return err
@@ -90,7 +90,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	if err := db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
 			return layout.ForEachWindow(btx, false, func(start int64, _ *bolt.Bucket) error {
-				if start < db.windows.Floor() {
+				if start < db.live.Floor() {
 					doomed = append(doomed, start)
 				}
 				return nil
@@ -105,7 +105,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 				return err
 			}
 			var deleted int
-			err := db.step(st, func(btx *bolt.Tx) (err error) {
+			err := db.expireTx(st, func(btx *bolt.Tx) (err error) {
 				deleted, gone, err = layout.ExpireSome(btx, start, db.opts.ExpireStep)
 				return err
 			}, nil)
@@ -121,9 +121,9 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	return nil
 }
 
-// step runs one expiry transaction under the write lock, then learned
+// expireTx runs one expiry transaction under the write lock, then learned
 // (if any) before releasing it, and records how long the lock was held.
-func (db *DB) step(st *ExpireStats, fn func(btx *bolt.Tx) error, learned func()) error {
+func (db *DB) expireTx(st *ExpireStats, fn func(btx *bolt.Tx) error, learned func()) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock() // released on every exit, a panic in fn or learned included
 	held := time.Now()
@@ -175,7 +175,7 @@ func (db *DB) ExpireDue() ([]WindowStats, error) {
 	for _, w := range db.expirable(min(store.UnixNano(), raw.UnixNano())) {
 		due = append(due, WindowStats{
 			Start: time.Unix(0, w.Start),
-			End:   time.Unix(0, db.window.End(w.Start)),
+			End:   time.Unix(0, db.windowConfig.End(w.Start)),
 			Marks: uint64(w.Marks.Load()),
 		})
 	}
@@ -188,9 +188,9 @@ func (db *DB) ExpireDue() ([]WindowStats, error) {
 // a claim whose lease is still running is kept until it ends (and the newer
 // ones with it), so a live claim never loses its mark.
 func (db *DB) expirable(now int64) []*windows.Live {
-	live := db.windows.Windows()
+	live := db.live.Windows()
 	for i, w := range live {
-		if now < db.window.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {
+		if now < db.windowConfig.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {
 			return live[:i]
 		}
 	}

@@ -141,7 +141,7 @@ func (db *DB) filterMayContain(f *bloom.Filter, h uint64) bool {
 // (db.current, which runs it) wrote into the window before sealing it: a
 // LoadMarks of marks of both windows.
 func (db *DB) sealLocked(btx *bolt.Tx, newStart int64) error {
-	newest := db.windows.Newest()
+	newest := db.live.Newest()
 	if newest == nil || newest.Start >= newStart || newest.Filter == nil {
 		return nil
 	}

@@ -36,13 +36,13 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*layout.FoundMark, error) {
 // request hashed once.
 func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
 	if btx.Writable() && db.current != nil && db.current.wroteHash(h) {
-		m, err := layout.FindMark(btx, mkey, db.windows.Floor())
+		m, err := layout.FindMark(btx, mkey, db.live.Floor())
 		return db.releaseOrphan(m), err
 	}
-	return db.lookIn(btx, db.windows.Windows(), mkey, h, from)
+	return db.lookIn(btx, db.live.Windows(), mkey, h, from)
 }
 
-// lookIn is findMarkFrom in the windows of live (as db.windows listed them
+// lookIn is findMarkFrom in the windows of live (as db.live listed them
 // at some point) only, for a read transaction, or for a write transaction
 // whose own marks do not include the key's.
 func (db *DB) lookIn(btx *bolt.Tx, live []*windows.Live, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {

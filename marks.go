@@ -123,7 +123,7 @@ func (db *DB) Claims(fn func(MarkInfo) error) error {
 		return ErrClosed
 	}
 	defer db.life.exit()
-	floor := db.windows.Floor()
+	floor := db.live.Floor()
 	return db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
 			return layout.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
@@ -249,7 +249,7 @@ func (db *DB) Marks(filter MarkFilter, fn func(MarkInfo) error) error {
 		}
 		prefix = layout.MarkKey(filter.Handler, "")
 	}
-	floor := db.windows.Floor()
+	floor := db.live.Floor()
 	return db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
 			return layout.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
@@ -322,7 +322,7 @@ func (db *DB) LoadMarks(marks []MarkInfo) (loaded int, err error) {
 		loaded = 0
 		now := db.clock.read().UnixNano()
 		for i := range marks {
-			if db.window.ExpiresAt(db.window.Start(loadTime(&marks[i]))) <= now {
+			if db.windowConfig.ExpiresAt(db.windowConfig.Start(loadTime(&marks[i]))) <= now {
 				continue
 			}
 			if err := db.loadMarkLocked(w, &marks[i]); err != nil {

@@ -97,7 +97,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
 	}
-	db = &DB{path: path, opts: o, window: o.window(), log: o.Logger, bolt: b,
+	db = &DB{path: path, opts: o, windowConfig: o.window(), log: o.Logger, bolt: b,
 		writeMu: newWriteLock(), maxResponse: MaxResponseSize}
 	db.stats.maxHandlers = max(o.MaxHandlerStats, 0)
 	db.group.init(groupEnv{
@@ -124,7 +124,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		}
 	}
 	db.noteHighWater()
-	if n := db.windows.Newest(); n != nil {
+	if n := db.live.Newest(); n != nil {
 		db.clock.atLeast(n.Start) // a restart must not turn the clock back either
 	}
 	db.life.init()

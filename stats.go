@@ -161,10 +161,10 @@ func (db *DB) Stats() Stats {
 	st := db.stats.snapshot()
 	st.ClockJumps = db.clock.jumps.Load()
 	now := db.clock.read()
-	for _, w := range db.windows.Windows() {
+	for _, w := range db.live.Windows() {
 		ws := WindowStats{
 			Start: time.Unix(0, w.Start),
-			End:   time.Unix(0, db.window.End(w.Start)),
+			End:   time.Unix(0, db.windowConfig.End(w.Start)),
 			Marks: uint64(w.Marks.Load()),
 		}
 		if w.Filter != nil {

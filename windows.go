@@ -73,7 +73,7 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 			}
 		}
 	}
-	db.windows = windows.NewSet(live, exp.Floor)
+	db.live = windows.NewSet(live, exp.Floor)
 	return nil
 }
 
@@ -84,7 +84,7 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 // missing from it at the next Open. (LoadMarks places each mark at its own
 // time, in any order.)
 func (db *DB) placeMark(now time.Time) int64 {
-	start := db.windows.Place(db.window, now.UnixNano())
+	start := db.live.Place(db.windowConfig, now.UnixNano())
 	if w := db.current; w != nil {
 		for opened := range w.opened {
 			start = max(start, opened)
@@ -98,12 +98,12 @@ func (db *DB) placeMark(now time.Time) int64 {
 // writeMu, after the commit and before the next writer.
 func (db *DB) learnLocked(marked []markedKey) {
 	for _, m := range marked {
-		w := db.windows.Find(m.window)
+		w := db.live.Find(m.window)
 		if w == nil {
 			w = &windows.Live{Start: m.window}
 			if db.filtersOn() {
 				var plan uint64
-				if n := db.windows.Newest(); n != nil {
+				if n := db.live.Newest(); n != nil {
 					plan = uint64(n.Marks.Load())
 				}
 				f, err := db.newFilter(plan)
@@ -114,7 +114,7 @@ func (db *DB) learnLocked(marked []markedKey) {
 				}
 				w.Filter = f
 			}
-			db.windows.Add(w)
+			db.live.Add(w)
 		}
 		if m.removed {
 			w.Marks.Add(-1) // the filter keeps the key: a false positive, never a false negative
@@ -156,7 +156,7 @@ func (w *writeTx) rewriteMark(from int64, mkey []byte, m *layout.Mark) (int64, e
 		until = m.LeaseUntil
 	}
 	to := from
-	if db.window.ExpiresAt(from) < until {
+	if db.windowConfig.ExpiresAt(from) < until {
 		if to = db.placeMark(w.now); to != from {
 			if _, err := layout.DeleteMark(w.btx, from, mkey); err != nil {
 				return 0, err
@@ -174,18 +174,18 @@ func (w *writeTx) putMarkLeased(window int64, mkey []byte, m *layout.Mark) error
 	if err := w.putMark(window, mkey, m); err != nil {
 		return err
 	}
-	if m.State != layout.InProgress || m.LeaseUntil <= w.leaseEnd(window) {
+	if m.State != layout.InProgress || m.LeaseUntil <= w.latestLeaseEnd(window) {
 		return nil
 	}
 	w.marked[len(w.marked)-1].leaseUntil = m.LeaseUntil
 	return layout.PutLeaseEnd(w.btx, window, m.LeaseUntil)
 }
 
-// leaseEnd is the latest lease end recorded for window, this transaction's
+// latestLeaseEnd is the latest lease end recorded for window, this transaction's
 // included.
-func (w *writeTx) leaseEnd(window int64) int64 {
+func (w *writeTx) latestLeaseEnd(window int64) int64 {
 	end := int64(math.MinInt64)
-	if l := w.db.windows.Find(window); l != nil {
+	if l := w.db.live.Find(window); l != nil {
 		end = l.LeaseEnd.Load()
 	}
 	for _, m := range w.marked {
@@ -204,7 +204,7 @@ func (w *writeTx) leaseEnd(window int64) int64 {
 // nobody counts its marks any more.)
 func (db *DB) unlearnLocked(windows []int64) {
 	for _, start := range windows {
-		if w := db.windows.Find(start); w != nil {
+		if w := db.live.Find(start); w != nil {
 			w.Marks.Add(-1) // the filter keeps the key: a false positive, never a false negative
 		}
 	}

@@ -231,10 +231,10 @@ func (db *DB) crashAt(p crashPoint) {
 // putMark writes the mark of mkey in the given window.
 func (w *writeTx) putMark(window int64, mkey []byte, m *layout.Mark) error {
 	db := w.db
-	if window < db.windows.Floor() {
+	if window < db.live.Floor() {
 		return fmt.Errorf("oncekv: write mark: window %v has expired", time.Unix(0, window).UTC())
 	}
-	if !w.opened[window] && db.windows.Find(window) == nil {
+	if !w.opened[window] && db.live.Find(window) == nil {
 		if err := db.sealLocked(w.btx, window); err != nil {
 			return err
 		}
