@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/base"
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
@@ -147,7 +147,7 @@ func checkFences(btx *bolt.Tx, report func(error) error) error {
 	if b == nil {
 		return nil // layout.Check has reported it
 	}
-	return fences.Check(b, func(e *fences.RecordError) error {
+	return fencestore.Check(b, func(e *fencestore.RecordError) error {
 		name := string(layout.FencesRoot)
 		if e.Bucket != nil {
 			name += "/" + string(e.Bucket)

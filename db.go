@@ -8,7 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/dupcache"
-	"github.com/oncekv/oncekv/internal/windows"
+	"github.com/oncekv/oncekv/internal/windowset"
 	"github.com/oncekv/oncekv/window"
 )
 
@@ -38,7 +38,7 @@ type DB struct {
 	// current is the write transaction in progress, guarded by writeMu.
 	current *writeTx
 	// live are the live dedup windows and their filters.
-	live *windows.Set
+	live *windowset.Set
 	// dups caches final marks for the duplicate fast path (see cache.go).
 	dups dupcache.Cache
 	// clock is Options.Now, never going backwards.

@@ -7,7 +7,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/layout"
-	"github.com/oncekv/oncekv/internal/windows"
+	"github.com/oncekv/oncekv/internal/windowset"
 )
 
 // ExpireStats reports what one Expire call dropped and what it cost.
@@ -187,7 +187,7 @@ func (db *DB) ExpireDue() ([]WindowStats, error) {
 // one to keep, since the floor drops everything below it: a window holding
 // a claim whose lease is still running is kept until it ends (and the newer
 // ones with it), so a live claim never loses its mark.
-func (db *DB) expirable(now int64) []*windows.Live {
+func (db *DB) expirable(now int64) []*windowset.Live {
 	live := db.live.Windows()
 	for i, w := range live {
 		if now < db.windowConfig.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/layout"
-	"github.com/oncekv/oncekv/internal/windows"
+	"github.com/oncekv/oncekv/internal/windowset"
 )
 
 // minFilterKeys is the smallest number of keys a window's filter is planned
@@ -112,7 +112,7 @@ func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error)
 // hashed h (bloom.Sum64 of its mark key): false means the key was certainly
 // never seen (as of the last commit), and the read transaction of the
 // duplicate fast path can be skipped altogether.
-func (db *DB) mayHaveMark(live []*windows.Live, h uint64) bool {
+func (db *DB) mayHaveMark(live []*windowset.Live, h uint64) bool {
 	for _, w := range live {
 		if w.Filter == nil || db.filterMayContain(w.Filter, h) {
 			return true

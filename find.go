@@ -7,7 +7,7 @@ import (
 
 	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/layout"
-	"github.com/oncekv/oncekv/internal/windows"
+	"github.com/oncekv/oncekv/internal/windowset"
 )
 
 // findMark is the one look-up of a key's mark that every path uses. It looks
@@ -45,7 +45,7 @@ func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, h uint64, from int64) (*la
 // lookIn is findMarkFrom in the windows of live (as db.live listed them
 // at some point) only, for a read transaction, or for a write transaction
 // whose own marks do not include the key's.
-func (db *DB) lookIn(btx *bolt.Tx, live []*windows.Live, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
+func (db *DB) lookIn(btx *bolt.Tx, live []*windowset.Live, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
 	for i := len(live) - 1; i >= 0 && live[i].Start >= from; i-- {
 		w := live[i]
 		if w.Filter != nil && !db.filterMayContain(w.Filter, h) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/layout"
-	"github.com/oncekv/oncekv/internal/windows"
+	"github.com/oncekv/oncekv/internal/windowset"
 )
 
 // loadWindows builds the in-memory list of live windows at Open. No step
@@ -25,13 +25,13 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 	}
 	db.clock.atLeast(exp.ClockHigh)
 	db.clockSaved = exp.ClockHigh
-	var live []*windows.Live
+	var live []*windowset.Live
 	var buckets []*bolt.Bucket
 	err = layout.ForEachWindow(tx, false, func(start int64, b *bolt.Bucket) error {
 		if start < exp.Floor {
 			return nil // expired; Expire finishes deleting it
 		}
-		w := &windows.Live{Start: start}
+		w := &windowset.Live{Start: start}
 		w.Marks.Store(int64(layout.WindowMarks(b)))
 		live = append(live, w)
 		buckets = append(buckets, b)
@@ -73,7 +73,7 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 			}
 		}
 	}
-	db.live = windows.NewSet(live, exp.Floor)
+	db.live = windowset.NewSet(live, exp.Floor)
 	return nil
 }
 
@@ -100,7 +100,7 @@ func (db *DB) learnLocked(marked []markedKey) {
 	for _, m := range marked {
 		w := db.live.Find(m.window)
 		if w == nil {
-			w = &windows.Live{Start: m.window}
+			w = &windowset.Live{Start: m.window}
 			if db.filtersOn() {
 				var plan uint64
 				if n := db.live.Newest(); n != nil {

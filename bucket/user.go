@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncekv/oncekv/fence"
 	"github.com/oncekv/oncekv/internal/base"
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 )
 
 // The root package builds user buckets through these; see base.Buckets.
@@ -43,8 +43,8 @@ type Bucket struct {
 	b    *bolt.Bucket
 	name []byte
 	life *base.Life
-	keys *fences.Keys // the fences and versions of the keys; opened on first use
-	last []byte       // the key of this value's latest write, while they all appended (see packAppends)
+	keys *fencestore.Keys // the fences and versions of the keys; opened on first use
+	last []byte           // the key of this value's latest write, while they all appended (see packAppends)
 }
 
 // The top bits of a user bucket's sequence say how it keeps its keys'
@@ -52,7 +52,7 @@ type Bucket struct {
 // bits existed never set them: their sequence counts from 0 and could not
 // have reached them.
 const (
-	// seqHeadered: every value has an entry header (fences.ParseEntry).
+	// seqHeadered: every value has an entry header (fencestore.ParseEntry).
 	seqHeadered = 1 << 63
 	// seqRecords: some entry has a record, so a write without a fence must
 	// read the key's header first, to carry its fence and count its
@@ -91,7 +91,7 @@ func create(tx *bolt.Tx, name []byte, life *base.Life) (*Bucket, error) {
 	// A new bucket keeps fences in headers, unless a deleted bucket of the
 	// same name left its keys' records in the fences bucket: they go on
 	// counting there, so a stale writer stays fenced off.
-	if root := tx.Bucket(fences.Root); root != nil && !fences.Exists(root, name) {
+	if root := tx.Bucket(fencestore.Root); root != nil && !fencestore.Exists(root, name) {
 		if err := b.SetSequence(seqHeadered); err != nil {
 			return nil, fmt.Errorf("oncekv: create bucket %q: %w", base.Clip(string(name)), base.MapBoltErr(err))
 		}
@@ -126,13 +126,13 @@ func keepRecords(tx *bolt.Tx, ub *bolt.Bucket, name []byte) error {
 	if ub.Sequence()&seqRecords == 0 {
 		return nil
 	}
-	root := tx.Bucket(fences.Root)
+	root := tx.Bucket(fencestore.Root)
 	if root == nil {
-		return fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, fences.Root)
+		return fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, fencestore.Root)
 	}
-	keys := fences.OpenKeys(root, name)
+	keys := fencestore.OpenKeys(root, name)
 	return ub.ForEach(func(k, v []byte) error {
-		e, err := fences.ParseEntry(v)
+		e, err := fencestore.ParseEntry(v)
 		if err != nil {
 			return entryError(name, k, err)
 		}
@@ -151,7 +151,7 @@ func check(tx *bolt.Tx, name []byte, report func(error) error) error {
 		return nil
 	}
 	return ub.ForEach(func(k, v []byte) error {
-		if _, err := fences.ParseEntry(v); err != nil {
+		if _, err := fencestore.ParseEntry(v); err != nil {
 			return report(entryError(name, k, err))
 		}
 		return nil
@@ -195,7 +195,7 @@ func (b *Bucket) Get(key []byte) []byte {
 	if v == nil || !b.headered() {
 		return v
 	}
-	e, err := fences.ParseEntry(v)
+	e, err := fencestore.ParseEntry(v)
 	if err != nil {
 		return nil
 	}
@@ -210,14 +210,14 @@ func (b *Bucket) hasRecords() bool { return b.b.Sequence()&seqRecords != 0 }
 
 // entry returns key's entry in a headered bucket, and its raw bytes, nil
 // when the key has none.
-func (b *Bucket) entry(key []byte) (fences.Entry, []byte, error) {
+func (b *Bucket) entry(key []byte) (fencestore.Entry, []byte, error) {
 	raw := b.b.Get(key)
 	if raw == nil {
-		return fences.Entry{}, nil, nil
+		return fencestore.Entry{}, nil, nil
 	}
-	e, err := fences.ParseEntry(raw)
+	e, err := fencestore.ParseEntry(raw)
 	if err != nil {
-		return fences.Entry{}, raw, entryError(b.name, key, err)
+		return fencestore.Entry{}, raw, entryError(b.name, key, err)
 	}
 	return e, raw, nil
 }
@@ -246,16 +246,16 @@ func (b *Bucket) Put(key, value []byte) error {
 // when some key of the bucket has a record.
 func (b *Bucket) putUnfenced(op string, key, value []byte) error {
 	if !b.hasRecords() {
-		return b.putRaw(op, key, fences.AppendPlain(make([]byte, 0, 1+len(value)), value))
+		return b.putRaw(op, key, fencestore.AppendPlain(make([]byte, 0, 1+len(value)), value))
 	}
 	e, _, err := b.entry(key)
 	if err != nil {
 		return b.wrap(op, key, err)
 	}
 	if !e.HasRecord {
-		return b.putRaw(op, key, fences.AppendPlain(make([]byte, 0, 1+len(value)), value))
+		return b.putRaw(op, key, fencestore.AppendPlain(make([]byte, 0, 1+len(value)), value))
 	}
-	r, err := fences.Counted(e.Record)
+	r, err := fencestore.Counted(e.Record)
 	if err != nil {
 		return b.wrap(op, key, err)
 	}
@@ -263,13 +263,13 @@ func (b *Bucket) putUnfenced(op string, key, value []byte) error {
 }
 
 // putLive writes value with record r in a headered bucket.
-func (b *Bucket) putLive(op string, key []byte, r fences.Record, value []byte) error {
+func (b *Bucket) putLive(op string, key []byte, r fencestore.Record, value []byte) error {
 	if seq := b.b.Sequence(); seq&seqRecords == 0 {
 		if err := b.b.SetSequence(seq | seqRecords); err != nil {
 			return b.wrap(op, key, err)
 		}
 	}
-	return b.putRaw(op, key, fences.AppendLive(make([]byte, 0, fences.EntryHeaderSize+len(value)), r, value))
+	return b.putRaw(op, key, fencestore.AppendLive(make([]byte, 0, fencestore.EntryHeaderSize+len(value)), r, value))
 }
 
 // Delete removes key. Deleting an absent key is not an error.
@@ -305,11 +305,11 @@ func (b *Bucket) deleteHeadered(key []byte) error {
 	case !e.HasRecord:
 		return b.wrap("delete", key, b.b.Delete(key))
 	}
-	r, err := fences.Counted(e.Record)
+	r, err := fencestore.Counted(e.Record)
 	if err != nil {
 		return b.wrap("delete", key, err)
 	}
-	return b.wrap("delete", key, b.b.Put(key, fences.AppendGone(nil, r)))
+	return b.wrap("delete", key, b.b.Put(key, fencestore.AppendGone(nil, r)))
 }
 
 // PutFenced sets key to value only if fence is strictly greater than the
@@ -328,8 +328,10 @@ func (b *Bucket) PutFenced(key, value []byte, presented uint64) error {
 		return b.wrap("put fenced", key, fence.ErrInvalidFence) // bad input, before any record is read
 	}
 	return b.putAdmitted("put fenced", key, value,
-		func(k *fences.Keys) error { return k.Fenced(key, presented) },
-		func(e fences.Entry) (fences.Record, error) { return fences.AdmitFenced(e.Record, presented) })
+		func(k *fencestore.Keys) error { return k.Fenced(key, presented) },
+		func(e fencestore.Entry) (fencestore.Record, error) {
+			return fencestore.AdmitFenced(e.Record, presented)
+		})
 }
 
 // Fence returns the fence stored with key, or 0 when it has none. Deleting a
@@ -362,9 +364,9 @@ func (b *Bucket) Version(key []byte) uint64 { return b.record(key).Version }
 // with version 0 (or writes it with PutFenced).
 func (b *Bucket) PutIfVersion(key, value []byte, version uint64) error {
 	return b.putAdmitted("put if version", key, value,
-		func(k *fences.Keys) error { return k.IfVersion(key, version, b.b.Get(key) != nil) },
-		func(e fences.Entry) (fences.Record, error) {
-			return fences.AdmitVersion(e.Record, e.HasRecord, e.Exists(), version)
+		func(k *fencestore.Keys) error { return k.IfVersion(key, version, b.b.Get(key) != nil) },
+		func(e fencestore.Entry) (fencestore.Record, error) {
+			return fencestore.AdmitVersion(e.Record, e.HasRecord, e.Exists(), version)
 		})
 }
 
@@ -373,8 +375,8 @@ func (b *Bucket) PutIfVersion(key, value []byte, version uint64) error {
 // one, admitEntry checks it against the key's header in a headered bucket
 // and returns the record to write with the value. Every input is checked
 // before a record is written, so an error changes nothing.
-func (b *Bucket) putAdmitted(op string, key, value []byte, admit func(*fences.Keys) error,
-	admitEntry func(fences.Entry) (fences.Record, error),
+func (b *Bucket) putAdmitted(op string, key, value []byte, admit func(*fencestore.Keys) error,
+	admitEntry func(fencestore.Entry) (fencestore.Record, error),
 ) error {
 	if err := b.checkPut(key, value); err != nil {
 		return err
@@ -420,13 +422,13 @@ func (b *Bucket) touch(op string, key []byte) error {
 }
 
 // fences returns the fence records of the bucket's keys.
-func (b *Bucket) fences() (*fences.Keys, error) {
+func (b *Bucket) fences() (*fencestore.Keys, error) {
 	if b.keys != nil {
 		return b.keys, nil
 	}
-	root := b.b.Tx().Bucket(fences.Root)
+	root := b.b.Tx().Bucket(fencestore.Root)
 	if root == nil {
-		return nil, fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, fences.Root)
+		return nil, fmt.Errorf("%w: system bucket %q is missing", ErrCorrupt, fencestore.Root)
 	}
 	b.keys = b.life.Keys(root, b.name)
 	return b.keys, nil
@@ -434,9 +436,9 @@ func (b *Bucket) fences() (*fences.Keys, error) {
 
 // record returns key's fence record, zero when it has none or it cannot be
 // read.
-func (b *Bucket) record(key []byte) fences.Record {
+func (b *Bucket) record(key []byte) fencestore.Record {
 	if b.life.Ended() || len(key) == 0 {
-		return fences.Record{}
+		return fencestore.Record{}
 	}
 	if b.headered() {
 		e, _, _ := b.entry(key) // zero on a decode error, which writes report
@@ -444,7 +446,7 @@ func (b *Bucket) record(key []byte) fences.Record {
 	}
 	keys, err := b.fences()
 	if err != nil {
-		return fences.Record{}
+		return fencestore.Record{}
 	}
 	r, _, _ := keys.Get(key) // zero on a decode error, which writes report
 	return r
@@ -488,7 +490,7 @@ func (b *Bucket) ForEach(fn func(key, value []byte) error) error {
 		return b.b.ForEach(fn)
 	}
 	return b.b.ForEach(func(k, v []byte) error {
-		e, err := fences.ParseEntry(v)
+		e, err := fencestore.ParseEntry(v)
 		switch {
 		case err != nil:
 			return entryError(b.name, k, err)
@@ -643,7 +645,7 @@ func (c *Cursor) step(move, then func() ([]byte, []byte)) ([]byte, []byte) {
 	k, v := move()
 	if c.b.headered() {
 		for ; k != nil; k, v = then() {
-			if e, err := fences.ParseEntry(v); err == nil && e.Exists() {
+			if e, err := fencestore.ParseEntry(v); err == nil && e.Exists() {
 				v = e.Value
 				break
 			}

@@ -1,4 +1,4 @@
-package fences
+package fencestore
 
 import (
 	"encoding/binary"

@@ -5,7 +5,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/envelope"
 )
 
 // FormatMagic and FormatVersion identify an oncekv file. FormatVersion is
@@ -29,7 +29,7 @@ type Format struct {
 
 // Marshal encodes the record.
 func (f Format) Marshal() []byte {
-	return record.Seal(func(enc *msgpack.Encoder) error {
+	return envelope.Seal(func(enc *msgpack.Encoder) error {
 		return errors.Join(
 			enc.EncodeArrayLen(3),
 			enc.EncodeString(f.Magic),
@@ -41,7 +41,7 @@ func (f Format) Marshal() []byte {
 
 // Unmarshal decodes and validates the record.
 func (f *Format) Unmarshal(raw []byte) error {
-	return record.Unseal(raw, 3, func(dec *msgpack.Decoder) (err error) {
+	return envelope.Unseal(raw, 3, func(dec *msgpack.Decoder) (err error) {
 		if f.Magic, err = dec.DecodeString(); err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package fences_test
+package fencestore_test
 
 import (
 	"encoding/binary"
@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/fence"
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 )
 
 // openFences opens a bbolt file for the test and returns a function that
@@ -38,20 +38,20 @@ func TestNext(t *testing.T) {
 	var got []uint64
 	require.NoError(t, update(func(root *bolt.Bucket) error {
 		for _, r := range []string{"a", "a", "b", "a"} {
-			n, err := fences.Next(root, []byte(r))
+			n, err := fencestore.Next(root, []byte(r))
 			if err != nil {
 				return err
 			}
 			got = append(got, n)
 		}
 		for range 2 {
-			n, err := fences.NextClaim(root)
+			n, err := fencestore.NextClaim(root)
 			if err != nil {
 				return err
 			}
 			got = append(got, n)
 		}
-		_, err := fences.Next(root, nil)
+		_, err := fencestore.Next(root, nil)
 		require.ErrorIs(t, err, fence.ErrResourceRequired)
 		return nil
 	}))
@@ -61,12 +61,12 @@ func TestNext(t *testing.T) {
 	// the number, which nobody ever saw.
 	errAbort := errors.New("abort")
 	require.ErrorIs(t, update(func(root *bolt.Bucket) error {
-		_, err := fences.Next(root, []byte("a"))
+		_, err := fencestore.Next(root, []byte("a"))
 		require.NoError(t, err)
 		return errAbort
 	}), errAbort)
 	require.NoError(t, update(func(root *bolt.Bucket) error {
-		n, err := fences.Next(root, []byte("a"))
+		n, err := fencestore.Next(root, []byte("a"))
 		require.Equal(t, uint64(4), n)
 		return err
 	}))
@@ -78,16 +78,16 @@ func TestNextExhausted(t *testing.T) {
 		// The counter of resource "r", at the largest token there is.
 		full := reseal(binary.BigEndian.AppendUint64([]byte{1, 0x91, 0xcf}, math.MaxUint64)) // version 1, [uint64]
 		require.NoError(t, root.Put([]byte("tr"), full))
-		_, err := fences.Next(root, []byte("r"))
+		_, err := fencestore.Next(root, []byte("r"))
 		require.ErrorIs(t, err, fence.ErrExhausted, "never wraps around to a token issued before")
 		require.Equal(t, full, root.Get([]byte("tr")), "and changes nothing")
 
 		// A key record where a counter belongs has the wrong length.
-		rec, err := fences.Record{Fence: 1}.AppendBinary(nil)
+		rec, err := fencestore.Record{Fence: 1}.AppendBinary(nil)
 		require.NoError(t, err)
 		require.NoError(t, root.Put([]byte("tr"), rec))
-		_, err = fences.Next(root, []byte("r"))
-		var re *fences.RecordError
+		_, err = fencestore.Next(root, []byte("r"))
+		var re *fencestore.RecordError
 		require.ErrorAs(t, err, &re)
 		require.Nil(t, re.Bucket)
 		require.Equal(t, "tr", string(re.Key))
@@ -99,7 +99,7 @@ func TestNextExhausted(t *testing.T) {
 func TestKeysFenced(t *testing.T) {
 	update := openFences(t)
 	require.NoError(t, update(func(root *bolt.Bucket) error {
-		keys := fences.OpenKeys(root, []byte("b"))
+		keys := fencestore.OpenKeys(root, []byte("b"))
 		k := []byte("x")
 		r, ok, err := keys.Get(k)
 		require.NoError(t, err)
@@ -119,10 +119,10 @@ func TestKeysFenced(t *testing.T) {
 		r, ok, err = keys.Get(k)
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Equal(t, fences.Record{Fence: math.MaxUint64, Version: 2}, r)
+		require.Equal(t, fencestore.Record{Fence: math.MaxUint64, Version: 2}, r)
 
 		// Another user bucket's keys are apart.
-		r, ok, err = fences.OpenKeys(root, []byte("b2")).Get(k)
+		r, ok, err = fencestore.OpenKeys(root, []byte("b2")).Get(k)
 		require.NoError(t, err)
 		require.False(t, ok)
 		return nil
@@ -132,7 +132,7 @@ func TestKeysFenced(t *testing.T) {
 func TestKeysVersions(t *testing.T) {
 	update := openFences(t)
 	require.NoError(t, update(func(root *bolt.Bucket) error {
-		keys := fences.OpenKeys(root, []byte("b"))
+		keys := fencestore.OpenKeys(root, []byte("b"))
 		k := []byte("x")
 		version := func() uint64 {
 			r, _, err := keys.Get(k)
@@ -154,7 +154,7 @@ func TestKeysVersions(t *testing.T) {
 		require.NoError(t, keys.Fenced(k, 1))
 		r, _, err := keys.Get(k)
 		require.NoError(t, err)
-		require.Equal(t, fences.Record{Fence: 1, Version: 4}, r)
+		require.Equal(t, fencestore.Record{Fence: 1, Version: 4}, r)
 		return nil
 	}))
 }
@@ -164,7 +164,7 @@ func TestKeysVersions(t *testing.T) {
 func TestKeysSeeRecordsOfThisTransaction(t *testing.T) {
 	update := openFences(t)
 	require.NoError(t, update(func(root *bolt.Bucket) error {
-		keys := fences.OpenKeys(root, []byte("b"))
+		keys := fencestore.OpenKeys(root, []byte("b"))
 		require.NoError(t, keys.Touch([]byte("x")))
 		require.NoError(t, keys.IfVersion([]byte("y"), 0, false))
 		require.NoError(t, keys.Touch([]byte("y")))
@@ -177,12 +177,12 @@ func TestKeysSeeRecordsOfThisTransaction(t *testing.T) {
 }
 
 func TestRecordCorrupt(t *testing.T) {
-	good, err := fences.Record{Fence: 7, Version: 3}.AppendBinary(nil)
+	good, err := fencestore.Record{Fence: 7, Version: 3}.AppendBinary(nil)
 	require.NoError(t, err)
 	require.Len(t, good, 24, "version byte, array header, two 9-byte integers, checksum")
-	var r fences.Record
+	var r fencestore.Record
 	require.NoError(t, r.UnmarshalBinary(good))
-	require.Equal(t, fences.Record{Fence: 7, Version: 3}, r)
+	require.Equal(t, fencestore.Record{Fence: 7, Version: 3}, r)
 
 	body := good[:len(good)-4]
 	for _, tc := range []struct {
@@ -198,12 +198,12 @@ func TestRecordCorrupt(t *testing.T) {
 		{"counter", reseal(append([]byte{1, 0x91}, body[2:11]...)), "record has 1 fields, want 2"},
 		{"longer", reseal(append(append([]byte(nil), body...), 0)), "bytes after the record body"},
 	} {
-		require.ErrorContains(t, new(fences.Record).UnmarshalBinary(tc.raw), tc.want, tc.name)
+		require.ErrorContains(t, new(fencestore.Record).UnmarshalBinary(tc.raw), tc.want, tc.name)
 	}
 
 	update := openFences(t)
 	require.NoError(t, update(func(root *bolt.Bucket) error {
-		keys := fences.OpenKeys(root, []byte("b"))
+		keys := fencestore.OpenKeys(root, []byte("b"))
 		require.NoError(t, keys.Fenced([]byte("x"), 1))
 		require.NoError(t, root.Bucket([]byte("kb")).Put([]byte("x"), flip(good, 3)))
 		for name, err := range map[string]error{
@@ -211,7 +211,7 @@ func TestRecordCorrupt(t *testing.T) {
 			"IfVersion": keys.IfVersion([]byte("x"), 1, true),
 			"Touch":     keys.Touch([]byte("x")),
 		} {
-			var re *fences.RecordError
+			var re *fencestore.RecordError
 			require.ErrorAs(t, err, &re, name)
 			require.Equal(t, "kb", string(re.Bucket))
 			require.Equal(t, "x", string(re.Key))
@@ -236,13 +236,13 @@ func reseal(body []byte) []byte {
 // FuzzRecord: no input makes the decoder panic, and whatever it accepts
 // encodes back to the same bytes, so a record has one encoding.
 func FuzzRecord(f *testing.F) {
-	good, _ := fences.Record{Fence: 7, Version: 3}.AppendBinary(nil)
+	good, _ := fencestore.Record{Fence: 7, Version: 3}.AppendBinary(nil)
 	f.Add(good)
 	f.Add(flip(good, 23))
 	f.Add([]byte{})
 	f.Add(reseal([]byte{1, 0x92, 0, 0}))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var r fences.Record
+		var r fencestore.Record
 		if r.UnmarshalBinary(raw) != nil {
 			return
 		}

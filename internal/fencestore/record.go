@@ -1,4 +1,4 @@
-package fences
+package fencestore
 
 import (
 	"encoding/binary"
@@ -29,7 +29,7 @@ func (r Record) AppendBinary(b []byte) ([]byte, error) {
 func (r *Record) UnmarshalBinary(raw []byte) error { return unsealInts(raw, &r.Fence, &r.Version) }
 
 // The envelope of the records this package keeps is oncekv's record
-// envelope (see internal/record): a version byte, a msgpack body, a
+// envelope (see internal/envelope): a version byte, a msgpack body, a
 // CRC-32C of both. Their body is always a msgpack array of full-width
 // unsigned integers, so it has a fixed size and is written and read here
 // byte by byte: going through a msgpack encoder and decoder cost a

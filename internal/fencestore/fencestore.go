@@ -1,4 +1,4 @@
-// Package fences stores oncekv's ordering state: the fencing-token
+// Package fencestore stores oncekv's ordering state: the fencing-token
 // counters, in the system bucket of fences, and the fence and version of
 // every user key written with one, in a header in front of the key's value
 // (Entry, for user buckets created since headers exist) or in the system
@@ -19,7 +19,7 @@
 //
 // Counters and key records are msgpack arrays of integers in oncekv's
 // record envelope (a format-version byte, the msgpack body, a CRC-32C of
-// both; see internal/record). A record that fails any check is a
+// both; see internal/envelope). A record that fails any check is a
 // *RecordError, never a silently smaller fence.
 //
 // Nothing here is ever deleted: a counter that went back to zero could issue
@@ -27,7 +27,7 @@
 // resurrect the key. Every function runs inside the caller's bbolt write
 // transaction, so a token or a fence is durable exactly when that
 // transaction commits.
-package fences
+package fencestore
 
 import (
 	"math"

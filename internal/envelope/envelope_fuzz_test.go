@@ -1,4 +1,4 @@
-package record_test
+package envelope_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/envelope"
 )
 
 // FuzzUnseal feeds arbitrary bytes to the envelope every system record
@@ -15,7 +15,7 @@ import (
 // field count, no trailing bytes) seals back to the same bytes.
 func FuzzUnseal(f *testing.F) {
 	seal := func(vals ...any) []byte {
-		return record.Seal(func(enc *msgpack.Encoder) error {
+		return envelope.Seal(func(enc *msgpack.Encoder) error {
 			errs := []error{enc.EncodeArrayLen(len(vals))}
 			for _, v := range vals {
 				errs = append(errs, enc.Encode(v))
@@ -31,7 +31,7 @@ func FuzzUnseal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var s string
 		var b []byte
-		err := record.Unseal(raw, 2, func(dec *msgpack.Decoder) (err error) {
+		err := envelope.Unseal(raw, 2, func(dec *msgpack.Decoder) (err error) {
 			if s, err = dec.DecodeString(); err != nil {
 				return err
 			}
@@ -41,14 +41,14 @@ func FuzzUnseal(f *testing.F) {
 		if err != nil {
 			return
 		}
-		again := record.Seal(func(enc *msgpack.Encoder) error {
+		again := envelope.Seal(func(enc *msgpack.Encoder) error {
 			return errors.Join(enc.EncodeArrayLen(2), enc.EncodeString(s), enc.EncodeBytes(b))
 		})
 		// msgpack has several encodings of a short string or bytes; what
 		// must hold is that the re-sealed record decodes to the same values.
 		var s2 string
 		var b2 []byte
-		require.NoError(t, record.Unseal(again, 2, func(dec *msgpack.Decoder) (err error) {
+		require.NoError(t, envelope.Unseal(again, 2, func(dec *msgpack.Decoder) (err error) {
 			if s2, err = dec.DecodeString(); err != nil {
 				return err
 			}

@@ -1,8 +1,8 @@
-// Package windows is the store's in-memory view of its live time windows:
+// Package windowset is the store's in-memory view of its live time windows:
 // for each, its start, its mark count, its latest lease end and its Bloom
 // filter, published so that readers never block. The window arithmetic it
 // places marks with is package window.
-package windows
+package windowset
 
 import (
 	"sync/atomic"

@@ -1,4 +1,4 @@
-package fences_test
+package fencestore_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 )
 
 // TestCheck: every entry kind is decoded, and each bad one is reported by
@@ -15,18 +15,18 @@ import (
 func TestCheck(t *testing.T) {
 	update := openFences(t)
 	check := func(fb *bolt.Bucket) (got []string) {
-		require.NoError(t, fences.Check(fb, func(e *fences.RecordError) error {
+		require.NoError(t, fencestore.Check(fb, func(e *fencestore.RecordError) error {
 			got = append(got, string(e.Bucket)+"|"+string(e.Key))
 			return nil
 		}))
 		return got
 	}
 	require.NoError(t, update(func(fb *bolt.Bucket) error {
-		_, err := fences.Next(fb, []byte("printer"))
+		_, err := fencestore.Next(fb, []byte("printer"))
 		require.NoError(t, err)
-		_, err = fences.NextClaim(fb)
+		_, err = fencestore.NextClaim(fb)
 		require.NoError(t, err)
-		keys := fences.OpenKeys(fb, []byte("stock"))
+		keys := fencestore.OpenKeys(fb, []byte("stock"))
 		require.NoError(t, keys.Fenced([]byte("apples"), 3))
 		require.NoError(t, keys.Fenced([]byte("pears"), 4))
 		require.Empty(t, check(fb), "a sound bucket")
@@ -39,7 +39,7 @@ func TestCheck(t *testing.T) {
 		require.Equal(t, []string{"kstock|apples", "|tprinter", "|x?"}, check(fb))
 
 		stop := errors.New("stop")
-		require.ErrorIs(t, fences.Check(fb, func(*fences.RecordError) error { return stop }), stop)
+		require.ErrorIs(t, fencestore.Check(fb, func(*fencestore.RecordError) error { return stop }), stop)
 		return nil
 	}))
 }

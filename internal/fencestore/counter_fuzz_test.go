@@ -1,4 +1,4 @@
-package fences_test
+package fencestore_test
 
 import (
 	"errors"
@@ -10,12 +10,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/fence"
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 )
 
 // FuzzCounter stores arbitrary bytes as the claim token counter and the
 // token counter of a resource, then asks for the next token: no input
-// panics, a counter that does not decode is a *fences.RecordError (never a
+// panics, a counter that does not decode is a *fencestore.RecordError (never a
 // token that could repeat one issued before), and one that decodes gives
 // exactly one more, which the next call then follows.
 func FuzzCounter(f *testing.F) {
@@ -29,7 +29,7 @@ func FuzzCounter(f *testing.F) {
 			return err
 		}
 		for range 3 {
-			if _, err := fences.NextClaim(b); err != nil {
+			if _, err := fencestore.NextClaim(b); err != nil {
 				return err
 			}
 		}
@@ -49,22 +49,22 @@ func FuzzCounter(f *testing.F) {
 				return err
 			}
 			// Find the counter's key by issuing one token, then overwrite it.
-			if _, err := fences.NextClaim(b); err != nil {
+			if _, err := fencestore.NextClaim(b); err != nil {
 				return err
 			}
 			var key []byte
 			require.NoError(t, b.ForEach(func(k, _ []byte) error { key = append([]byte(nil), k...); return nil }))
 			require.NoError(t, b.Put(key, raw))
-			first, err := fences.NextClaim(b)
+			first, err := fencestore.NextClaim(b)
 			if err != nil {
-				var re *fences.RecordError
+				var re *fencestore.RecordError
 				if !errors.As(err, &re) && !errors.Is(err, fence.ErrExhausted) {
 					t.Fatalf("unexpected error for %x: %v", raw, err)
 				}
 				return nil
 			}
 			require.NotZero(t, first)
-			second, err := fences.NextClaim(b)
+			second, err := fencestore.NextClaim(b)
 			if first == math.MaxUint64 {
 				require.ErrorIs(t, err, fence.ErrExhausted)
 				return nil

@@ -1,4 +1,4 @@
-package windows_test
+package windowset_test
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv/internal/windows"
+	"github.com/oncekv/oncekv/internal/windowset"
 	"github.com/oncekv/oncekv/window"
 )
 
@@ -14,10 +14,10 @@ var hour = window.Config{Span: time.Hour, Retention: 24 * time.Hour}
 
 func TestSetAddFindDrop(t *testing.T) {
 	h := int64(time.Hour)
-	s := windows.NewSet(nil, -1<<63)
+	s := windowset.NewSet(nil, -1<<63)
 	require.Nil(t, s.Newest())
 	for _, start := range []int64{2 * h, 0, 5 * h, 3 * h} {
-		s.Add(&windows.Live{Start: start})
+		s.Add(&windowset.Live{Start: start})
 	}
 	var starts []int64
 	for _, w := range s.Windows() {
@@ -40,10 +40,10 @@ func TestSetAddFindDrop(t *testing.T) {
 
 func TestPlaceNeverGoesBackwards(t *testing.T) {
 	h := int64(time.Hour)
-	s := windows.NewSet(nil, -1<<63)
+	s := windowset.NewSet(nil, -1<<63)
 	require.Equal(t, 10*h, s.Place(hour, 10*h+5))
 
-	s.Add(&windows.Live{Start: 10 * h})
+	s.Add(&windowset.Live{Start: 10 * h})
 	require.Equal(t, 10*h, s.Place(hour, 3*h), "a clock behind the newest window uses the newest")
 	require.Equal(t, 11*h, s.Place(hour, 11*h))
 
@@ -53,6 +53,6 @@ func TestPlaceNeverGoesBackwards(t *testing.T) {
 
 	// A floor not on this span's boundary (the span changed between opens)
 	// rounds up, so the mark's window starts at or after the floor.
-	odd := windows.NewSet(nil, 11*h+1)
+	odd := windowset.NewSet(nil, 11*h+1)
 	require.Equal(t, 12*h, odd.Place(hour, 0))
 }

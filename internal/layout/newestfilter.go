@@ -7,7 +7,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/base"
-	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/envelope"
 )
 
 // ClosedRoot holds what a clean Close leaves for the next Open: the Bloom
@@ -48,7 +48,7 @@ const stampFields = 4
 
 // Marshal encodes the stamp.
 func (s FilterStamp) Marshal() []byte {
-	return record.Seal(func(enc *msgpack.Encoder) error {
+	return envelope.Seal(func(enc *msgpack.Encoder) error {
 		return errors.Join(enc.EncodeArrayLen(stampFields), enc.EncodeInt64(s.Window),
 			enc.EncodeUint64(s.TxID), enc.EncodeUint64(s.Marks), enc.EncodeUint64(s.Root))
 	})
@@ -56,7 +56,7 @@ func (s FilterStamp) Marshal() []byte {
 
 // Unmarshal decodes and validates the stamp.
 func (s *FilterStamp) Unmarshal(raw []byte) error {
-	return record.Unseal(raw, stampFields, func(dec *msgpack.Decoder) (err error) {
+	return envelope.Unseal(raw, stampFields, func(dec *msgpack.Decoder) (err error) {
 		if s.Window, err = dec.DecodeInt64(); err != nil {
 			return err
 		}

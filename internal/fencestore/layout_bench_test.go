@@ -1,4 +1,4 @@
-package fences_test
+package fencestore_test
 
 import (
 	"encoding/binary"

@@ -1,9 +1,9 @@
-// Package record is the envelope of every record oncekv keeps in its
+// Package envelope is the envelope of every record oncekv keeps in its
 // system buckets: a format-version byte, a body (msgpack, or a binary
 // layout of the record's own for the mark) and a CRC-32C of both. The version lets each kind of record evolve on its own; the
 // checksum tells corruption inside a record apart from a valid value, so a
 // damaged record is an error, never a plausible wrong answer.
-package record
+package envelope
 
 import (
 	"bytes"
