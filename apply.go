@@ -15,59 +15,28 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// Apply applies req's effect once per (req.Handler, req.Key) within the
-// dedup window (Options.Retention): effectively once, since the effect may
-// run more than once but only one run ever commits (see below).
+// Apply runs effect once per (req.Handler, req.Key) within the dedup window
+// (Options.Retention): on the first delivery effect's writes commit with a
+// DONE mark holding its response, and every later delivery gets that
+// response back with Duplicate set, without running effect. A nil effect
+// records the mark only.
 //
-// On the first delivery, effect runs in a write transaction on the user
-// buckets, and its changes commit together with a DONE mark holding the
-// response it returned: a crash leaves both or neither. Later deliveries of
-// the same key and payload get that response back with Duplicate set,
-// without running effect, from a read transaction that takes no write lock
-// and no fsync, or from a bounded cache of the final marks written or read
-// recently, which every write that replaces or deletes a mark (Forget,
-// LoadMarks, expiry) keeps truthful.
+// An effect error rolls back and records nothing; one wrapped with
+// Permanent records the key FAILED, answered with a *FailedError. A panic
+// or runtime.Goexit of effect (or of its error's methods) records nothing
+// and is raised again in the caller.
 //
-// If effect returns an error, everything it did is rolled back and nothing is
-// recorded, so a retry runs it again. If the error is wrapped with
-// Permanent, the effect's writes are rolled back but the key is recorded as
-// FAILED, and this call and every duplicate return a *FailedError.
+// Errors, each in a *RequestError: ErrKeyReuse, ErrInProgress (an
+// *InProgressError), ErrResponseTooLarge, ctx's error (nothing applied),
+// a failed commit's (ErrPoisoned, ErrNoSpace), ErrReadOnly, ErrClosed, and
+// the bad input errors (ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge,
+// ErrInvalidFingerprint).
 //
-// If effect panics, or an error it returned panics when oncekv inspects it
-// (its Error, or errors.As while looking for Permanent), nothing is
-// recorded and Apply raises the panic again in its caller's goroutine. If
-// effect calls runtime.Goexit (as t.FailNow does), nothing is recorded and
-// Apply's caller exits too, as Goexit demands. Either way the store, and
-// the other calls sharing the commit, carry on unharmed.
-//
-// Errors: ErrKeyReuse when the key was first used with another payload (or
-// Fingerprint); ErrInProgress, as an *InProgressError saying when the lease
-// ends, when a live claim holds the key; ErrResponseTooLarge when the
-// response is larger than a mark can hold; ctx's error when ctx was done
-// before the commit, including while the call waited for the write lock
-// (nothing applied); ErrReadOnly for a key not done yet in a read-only
-// store; ErrClosed after Close; and bad input errors (ErrHandlerRequired,
-// ErrKeyRequired, ErrKeyTooLarge, ErrInvalidFingerprint). Each comes
-// wrapped in a *RequestError naming the handler and key. Classify says what
-// to do about each.
-//
-// Concurrent Apply calls share commits (group commit), so durable throughput
-// is not one fsync per call. When its commit is shared, the effect runs on a
-// goroutine of oncekv's, not the caller's, since that commit may be led by
-// another caller; a call that commits alone runs it on its own goroutine.
-// The price, as with bbolt's Batch: when another call's effect in the same
-// commit fails, the transaction rolls back, and the effects that ran before
-// the failure run once more in a fresh transaction that commits without
-// it, so effect may run more than once. Only the run that commits leaves
-// changes, so effect must change nothing outside tx. A nil effect records
-// the mark only, with a nil response.
-//
-// effect must not write through the DB itself (Apply, ApplyBatch, Claim,
-// Update, Forget, ...): the commit running it holds the write lock such a
-// call waits for, so a call with a context waits until that context ends,
-// and one without waits forever (as Close does, which waits for this very
-// call). A duplicate is answered without the lock, but a new key is not. To
-// record another key in the same transaction, use Tx.Mark.
+// Concurrent calls share commits, so effect may run on another goroutine
+// and more than once; only the run that commits leaves changes, so effect
+// must change nothing outside tx, and must not write through the DB
+// (it would wait for the write lock its own commit holds; see
+// docs/design/group-commit.md). Use Tx.Mark to record another key.
 func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byte, error)) (Result, error) {
 	if !db.life.enter() {
 		return Result{}, ErrClosed
@@ -93,29 +62,17 @@ func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byt
 	return db.finish(o)
 }
 
-// ApplyBatch applies many requests in one write transaction, the way a
-// consumer handles one poll of a few hundred messages: one commit, one
-// fsync, for the whole batch. effect is called with the index into reqs of
-// the request to apply. Each request gets its own result, exactly as Apply
-// would give it: duplicates (also within the batch) are answered without
-// running effect, bad requests get their error, and an effect error rolls
-// back that request only.
+// ApplyBatch applies reqs in one write transaction (one fsync), calling
+// effect with the request's index on the caller's goroutine. Each request
+// gets the result Apply would give it: duplicates, also within the batch,
+// skip effect, and an effect error rolls back that request only, at the
+// cost of one more commit (docs/design/group-commit.md). A panic of effect
+// is raised once the other requests are committed; a runtime.Goexit rolls
+// back the transaction in progress.
 //
-// Since bbolt cannot roll back part of a transaction, an effect error costs
-// one more commit: the requests before it run again in a fresh transaction
-// that commits without it, and the requests after it go on in the next.
-// So each effect runs at most twice (when effects are deterministic), plus
-// once per failure, however many requests fail.
-//
-// effect runs on the caller's goroutine. If it panics, the other requests
-// are settled and committed first, then ApplyBatch raises the panic again;
-// if it calls runtime.Goexit, the caller exits at once, and the transaction
-// in progress rolls back (requests committed before it stay committed).
-//
-// The returned error is non-nil only when the batch as a whole failed:
-// the DB is closed, ctx ended before the batch took the write lock (each
-// request not answered from its mark then carries ctx's error too), or a
-// commit failed. No request that carries an error was applied.
+// The error is non-nil only when the batch as a whole failed (ErrClosed,
+// ctx done before the write lock, a failed commit); no request that
+// carries an error was applied.
 func (db *DB) ApplyBatch(ctx context.Context, reqs []Request, effect func(tx *Tx, i int) ([]byte, error)) ([]BatchResult, error) {
 	if !db.life.enter() {
 		return nil, ErrClosed
@@ -178,13 +135,10 @@ func (db *DB) commitBatch(ctx context.Context, ops []*op) error {
 	return db.commitOpsLocked(ops)
 }
 
-// answerFromSnapshot answers, from the cache of final marks or else from
-// one read transaction, every op whose key already has a final mark (or a
-// live claim). This is the duplicate fast path: no write lock, no fsync. It
-// reports whether all ops were answered.
-//
-// An op left unanswered remembers which windows it has looked in and found
-// sealed, so that its write path need not look there again (findMarkFrom).
+// answerFromSnapshot is the duplicate fast path: it answers from the cache,
+// else from one read transaction, every op whose key has a final mark or a
+// live claim, and reports whether all were. An op left over remembers the
+// sealed windows it found empty (op.checkFrom).
 func (db *DB) answerFromSnapshot(ops []*op) bool {
 	pending := 0
 	for _, o := range ops {
@@ -197,10 +151,8 @@ func (db *DB) answerFromSnapshot(ops []*op) bool {
 	if pending == 0 {
 		return true
 	}
-	// Read the window list before the snapshot: every window older than
-	// its newest was sealed by then, so the snapshot holds all its marks.
-	// The snapshot looks in these windows only: one created since holds
-	// only marks written since, which the write path looks for anyway.
+	// Every window older than the newest was sealed before the snapshot, so
+	// the snapshot holds all its marks (docs/design/windows-and-filters.md).
 	live := db.live.Windows()
 	sealedBelow := int64(math.MinInt64)
 	if len(live) > 0 {
@@ -252,9 +204,8 @@ func (db *DB) answerFromSnapshot(ops []*op) bool {
 	return all
 }
 
-// finish waits for nothing: it settles a single Apply's op and re-raises a
-// panic or a runtime.Goexit of its effect in the caller's goroutine, where
-// it belongs.
+// finish settles a single Apply's op and raises again, in the caller's
+// goroutine, a panic or runtime.Goexit of its effect.
 func (db *DB) finish(o *op) (Result, error) {
 	res, err := db.settle(o)
 	if o.panicVal != nil {
@@ -274,8 +225,8 @@ func (db *DB) settle(o *op) (Result, error) {
 	return db.settleOutcome(o.ctx, o.req.Handler, o.req.Key, o.kind, o.res, o.err)
 }
 
-// settleOutcome is settle given the parts of the op it reads, so that an
-// op on the duplicate cache's path (applyFromCache) stays on the stack.
+// settleOutcome is settle given the op's parts, so that applyFromCache's
+// op stays on the stack.
 func (db *DB) settleOutcome(ctx context.Context, handler, key string, kind outcome, res Result, err error) (Result, error) {
 	db.stats.count(handler, kind)
 	if kind == outcomeDuplicate && db.log.Enabled(ctx, slog.LevelInfo) {
@@ -295,11 +246,8 @@ func (db *DB) settleOutcome(ctx context.Context, handler, key string, kind outco
 const cachedKeySize = dupcache.MaxEntryBytes
 
 // applyFromCache answers a single Apply from the duplicate cache when it
-// can, and reports whether it did. Its one allocation is the copy of the
-// response: the mark key is built in buf, the op lives on the stack, and
-// the payload is hashed only when it is not the one the cached mark was
-// confirmed with. A request it cannot answer, bad input included, goes the
-// ordinary way.
+// can, allocating only the response's copy, and reports whether it did;
+// anything else, bad input included, goes the ordinary way.
 func (db *DB) applyFromCache(ctx context.Context, req *Request, buf *[cachedKeySize]byte) (Result, bool, error) {
 	if req.Handler == "" || req.Key == "" || len(req.Handler)+len(req.Key) > len(buf)-2 {
 		return Result{}, false, nil
@@ -309,8 +257,7 @@ func (db *DB) applyFromCache(ctx context.Context, req *Request, buf *[cachedKeyS
 	if e == nil || e.Found.Window < db.live.Floor() {
 		return Result{}, false, nil
 	}
-	// Only what answer reads: an op that held pointers (the key in buf,
-	// req) would move them to the heap along with the error it carries.
+	// Only what answer reads: pointers in o would escape to the heap.
 	var o op
 	if e.HasPayload && len(req.Fingerprint) == 0 && bytes.Equal(req.Payload, e.Payload) {
 		o.hash = e.Found.PayloadHash

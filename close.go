@@ -5,13 +5,12 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// Close waits for the calls in flight to finish, then closes the file.
-// Before it does, it stores what the next Open would otherwise rebuild by
-// reading every key of the newest window, that window's Bloom filter (a
-// store opened and closed untouched is left as it was). Every later call
-// returns ErrClosed. Closing twice is not an error: a
-// Close that finds another one under way waits for it, so that the file is
-// closed (and may be opened again) whichever Close returns first.
+// Close waits for the calls in flight, stops the background expiry, saves
+// what the next Open needs (the clock, the newest window's Bloom filter),
+// then closes the file; a store opened and closed untouched is left byte
+// for byte as it was. A store that cannot write still closes, with a
+// warning. Every later call returns ErrClosed; a second Close waits for the
+// first and returns nil.
 func (db *DB) Close() error {
 	if db.expirer.stop != nil {
 		db.expirer.stop()
@@ -22,16 +21,9 @@ func (db *DB) Close() error {
 		return nil
 	}
 	defer close(db.life.done)
-	// Keep the clock's high-water mark and the newest window's filter for
-	// the next Open (see clock.go and loadNewestFilter), only when there is
-	// something new to keep (see closeNeedsSave). A store that cannot write
-	// any more (poisoned, full disk) still closes: without the filters, the
-	// next Open rebuilds them; the clock is tried again on its own, being
-	// a few bytes where a filter may be megabytes.
 	if save, ok := db.closeNeedsSave(); ok {
-		// Close saves the latest reading the store took, and takes no
-		// new one: what the next Open resumes from is what this store
-		// acted on, whether or not Close had filters to write too.
+		// Saved at the latest reading, taking no new one: the next Open
+		// resumes from what this store acted on.
 		db.closing = true
 		err := db.write(func(w *writeTx) error { return save.put(db, w) })
 		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0) {
@@ -49,15 +41,10 @@ func (db *DB) Close() error {
 
 // closeSave is what Close writes for the next Open, in one transaction.
 type closeSave struct {
-	// clock: the clock's high-water mark, when the store's clock has read
-	// later than what the file holds (Open, expiry and the write
-	// transactions that save the clock keep clockSaved up to date; see
-	// saveClockLocked), so a clock stepped back across the restart does not
-	// revive leases.
+	// clock: the clock has read later than the file holds, so that a clock
+	// stepped back across the restart does not revive leases.
 	clock bool
-	// newest: the newest window's filter, unless the file's filter is
-	// already current, so the next Open loads it instead of reading every
-	// key of the window (see loadNewestFilter).
+	// newest: the newest window's filter, unless the file's is current.
 	newest *windowFilter
 	// sealed: filters of sealed windows that Open had to rebuild.
 	sealed []windowFilter
@@ -69,12 +56,9 @@ type windowFilter struct {
 	filter *bloom.Filter
 }
 
-// closeNeedsSave returns what Close has to write; nothing (ok false) for a
-// store opened and closed untouched whose persisted filters are current:
-// such a store is left byte for byte as it was, without a commit or an
-// fsync, so backups, read-only media and file-change monitors see no change
-// where nothing changed. A read-only store never writes. Close calls it
-// once every call in flight has ended, so clockSaved needs no lock.
+// closeNeedsSave returns what Close has to write, ok false for nothing (a
+// read-only store, or one untouched whose filters are current). Close calls
+// it once every call has ended, so clockSaved needs no lock.
 func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 	if db.opts.ReadOnly {
 		return save, false
@@ -93,9 +77,8 @@ func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 	return save, save.clock || save.newest != nil || len(save.sealed) > 0
 }
 
-// put writes save in w. The newest window's filter is stamped with
-// w's transaction: it describes the file exactly as w commits it, since
-// nothing writes after Close.
+// put writes save in w, stamping the newest window's filter with w's
+// transaction: nothing writes after Close.
 func (save closeSave) put(db *DB, w *writeTx) error {
 	if save.clock {
 		err := layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.live.Floor(), ClockHigh: w.now.UnixNano()})

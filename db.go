@@ -23,16 +23,13 @@ type DB struct {
 	bolt         *bolt.DB
 
 	life lifecycle
-	// closing is set by Close, once every call has ended, before its own
-	// write: that transaction runs at the clock's last reading instead of
-	// reading it again (see monotonicClock.last).
+	// closing, set by Close once every call has ended, makes its write use
+	// the clock's last reading (see monotonicClock.last).
 	closing bool
 
-	// writeMu is held around every write transaction. bbolt serialises
-	// writers anyway, so it costs no throughput; holding it ourselves means
-	// that whatever a commit teaches the in-memory state (mark counts, the
-	// Bloom filters, counters) is in place before the next writer looks. A
-	// caller with a context can give up waiting for it (see writeLock).
+	// writeMu is held around every write transaction, so that what a commit
+	// teaches the in-memory state is in place before the next writer looks
+	// (docs/design/group-commit.md).
 	writeMu writeLock
 
 	// current is the write transaction in progress, guarded by writeMu.
@@ -44,25 +41,21 @@ type DB struct {
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock
 	// clockSaved, guarded by writeMu, is the store's time last saved in the
-	// file, Unix nanoseconds (see saveClockLocked).
+	// file, Unix nanoseconds.
 	clockSaved int64
-	// poisoned, guarded by writeMu, is set when a commit failed in a way
-	// that leaves the file's state in doubt; every later write returns it.
-	// See commitFailedLocked.
+	// poisoned, guarded by writeMu, is returned by every write once a commit
+	// failed with the file's state in doubt (see commitFailedLocked).
 	poisoned error
-	// crashHook, set only by the crash tests, is called at each crashPoint
-	// of the write path; the test's child process kills itself there.
+	// crashHook, set by the crash tests only, is called at each crashPoint.
 	crashHook func(crashPoint)
-	// filterHook, set only by tests, may turn a filter's "no" into "maybe"
-	// (never the reverse) to check that correctness never rests on it.
+	// filterHook, set by tests only, may turn a filter's "no" into "maybe".
 	filterHook func(maybe bool) bool
 
 	// opened is what Open learnt about the persisted filters, for Close.
 	opened openedFilters
 
-	// orphansUpTo is the last claim token issued before this Open: a claim
-	// with a token up to it was taken by a process that is gone (see
-	// orphan.go). 0 with Options.KeepOrphanedClaims.
+	// orphansUpTo is the last claim token issued before this Open (see
+	// orphan.go); 0 with Options.KeepOrphanedClaims.
 	orphansUpTo uint64
 
 	// expireMu lets one Expire run at a time.
@@ -74,8 +67,7 @@ type DB struct {
 
 	group group
 	stats statsCollector
-	// maxResponse is the largest response (with a permanent error's
-	// message) a mark may hold; see MaxResponseSize.
+	// maxResponse is MaxResponseSize, lowered by tests.
 	maxResponse int
 }
 
@@ -83,9 +75,9 @@ type DB struct {
 func (db *DB) Path() string { return db.path }
 
 // Update runs fn in a writable transaction on the user buckets and commits
-// it if fn returns nil; an error, a panic or a runtime.Goexit rolls
-// everything back and releases the write lock (the panic or the Goexit
-// goes on in the caller). Do not call other DB methods from fn.
+// it if fn returns nil. An error, a panic or a runtime.Goexit of fn rolls
+// back and releases the write lock; the panic or Goexit goes on in the
+// caller. fn must not call other DB methods.
 func (db *DB) Update(fn func(tx *Tx) error) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -102,21 +94,11 @@ func (db *DB) Update(fn func(tx *Tx) error) error {
 	return err
 }
 
-// View runs fn in a read-only transaction, which sees a consistent snapshot.
-// Readers never block each other, and a reader blocks a writer in one case
-// only: a commit that grows the file past bbolt's memory map
-// (Options.InitialMmapSize: 1 GiB by default on 64-bit platforms but
-// Windows, then every further GiB) must remap it, and waits until every
-// open View has returned; while it waits, new Views wait behind it. So
-// keep Views short: a long one can stall the writer that crosses the
-// map's end for as long as it stays open (and a long read also keeps
-// bbolt from reusing the pages it sees, so the file grows).
-//
-// Do not call Apply, ApplyBatch, Claim, Update or any other write from
-// fn. Within the map it works; once the file outgrows the map, that write
-// waits for this View to end, which never happens: a deadlock that Go
-// gives no way to detect (a writer cannot tell whether the reader it
-// waits for is its own caller).
+// View runs fn in a read-only transaction on a consistent snapshot. Readers
+// never block each other; a commit that grows the file past bbolt's memory
+// map (Options.InitialMmapSize) waits for every open View, so keep Views
+// short, and never write through the DB from fn: once the file outgrows the
+// map, that deadlocks (docs/design/mmap-and-readers.md).
 func (db *DB) View(fn func(tx *Tx) error) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -132,13 +114,9 @@ func (db *DB) View(fn func(tx *Tx) error) error {
 	})
 }
 
-// Sync flushes the file to disk (bbolt's Sync: fdatasync). With
-// Options.NoSync, commits skip it, and Sync is how a program makes what it
-// has committed so far durable, at a point of its choosing (before it
-// acknowledges a batch to a broker, say). Without NoSync every commit is
-// durable already and Sync costs one more flush for nothing.
-//
-// Errors: ErrClosed after Close, and the file system's error.
+// Sync flushes the file to disk (fdatasync): with Options.NoSync, how a
+// program makes its commits so far durable when it chooses. Without NoSync
+// every commit is durable already. Errors: ErrClosed, the file system's.
 func (db *DB) Sync() error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -150,12 +128,9 @@ func (db *DB) Sync() error {
 	return db.bolt.Sync()
 }
 
-// Done returns a channel that is closed when Close begins. Code built on
-// the store that waits between calls (a queue receiver waiting for a
-// message, a relay waiting for its next attempt) selects on it next to its
-// context, so that closing the store ends the wait instead of leaving it
-// blocked on a store that will never wake it. Calls made after it is
-// closed return ErrClosed.
+// Done returns a channel closed when Close begins, for code built on the
+// store that waits between calls (a queue receiver, a relay) to select on
+// next to its context. Calls after that return ErrClosed.
 func (db *DB) Done() <-chan struct{} { return db.life.closing }
 
 // isOpen reports whether Close has not begun.
@@ -174,8 +149,7 @@ type lifecycle struct {
 	idle   sync.Cond
 	closed bool
 	active int
-	// done is closed when the Close that began closing has closed the
-	// file; a concurrent Close waits for it.
+	// done is closed once the first Close has closed the file.
 	done chan struct{}
 	// closing is closed when Close begins (see DB.Done).
 	closing chan struct{}

@@ -8,29 +8,21 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// errRetry rolls back a transaction of commitOpsLocked because one of its
-// ops failed; the transaction runs again without that op's writes.
+// errRetry rolls back a transaction of commitOpsLocked so that it runs again
+// without the op that failed.
 var errRetry = errors.New("oncekv: roll back the ops' transaction and run it again")
 
-// errGoexit is the outcome of an op whose effect called runtime.Goexit. Its
-// caller never sees it: finish ends the caller's goroutine instead.
+// errGoexit is the outcome of an op whose effect called runtime.Goexit;
+// finish ends the caller's goroutine instead of returning it.
 var errGoexit = errors.New("oncekv: effect called runtime.Goexit")
 
-// commitOpsLocked decides ops, in order, commits them and settles every
-// one. The caller holds writeMu.
-//
-// bbolt has no savepoints: when an op fails (its effect returned an error,
-// panicked or called runtime.Goexit; its mark would be too large), the
-// only way to undo what it wrote is to roll the whole transaction back. The
-// ops before it did nothing wrong, so they run again in a fresh transaction
-// that commits without it (or with its FAILED mark only, for a permanent
-// error), and the ops after it go on in the next transaction. An op's
-// effect therefore runs at most twice when effects are deterministic, and
-// the work stays O(n) whatever fails, at the price of one more commit per
-// failure: "one effect, one mark, one commit" holds for every op.
-//
-// It returns the error of a commit that failed; every op not settled by
-// then carries it.
+// commitOpsLocked decides ops in order, commits them and settles every one;
+// the caller holds writeMu. bbolt has no savepoints, so when an op fails
+// after writing, the ops before it run again in a fresh transaction without
+// it, and those after it go on in the next: each effect runs at most twice
+// when effects are deterministic, and one effect, one mark, one commit
+// holds for every op (docs/design/group-commit.md). A failed commit's error
+// is returned and carried by every op not settled by then.
 func (db *DB) commitOpsLocked(ops []*op) error {
 	start, end := 0, len(ops)
 	for start < len(ops) {
@@ -50,10 +42,9 @@ func (db *DB) commitOpsLocked(ops []*op) error {
 			o := ops[k]
 			switch {
 			case !o.settled:
-				// A permanent error: its FAILED mark commits with the ops
-				// before it. Its effect does not run again, so the writes
-				// it had refused are counted now; its look-ups are counted
-				// with the commit.
+				// A permanent error: its FAILED mark commits with the ops before
+				// it and its effect does not run again, so its refused writes are
+				// counted now.
 				db.stats.fencedWrites.Add(o.counts.fenced)
 				end = k + 1
 			case k == start:
@@ -80,10 +71,9 @@ func (db *DB) commitOpsLocked(ops []*op) error {
 	return nil
 }
 
-// decide runs the ops not yet settled, in order, inside one write
-// transaction. Outcomes it sets stay tentative until the commit; settled
-// ones are final either way. When an op fails in a way that needs its
-// writes undone, decide stops and returns its index with errRetry.
+// decide runs the ops not yet settled in w, in order. Outcomes stay
+// tentative until the commit; on an op whose writes must be undone it stops
+// and returns the op's index with errRetry.
 func (db *DB) decide(w *writeTx, ops []*op) (int, error) {
 	for i, o := range ops {
 		if o.settled {
@@ -99,9 +89,9 @@ func (db *DB) decide(w *writeTx, ops []*op) (int, error) {
 	return -1, nil
 }
 
-// decideOne decides o in w. It reports true when o failed after writing
-// (or possibly writing) something that must be rolled back: o is then
-// settled, or holds the permanent error to record in the next attempt.
+// decideOne decides o in w, and reports true when o failed after (possibly)
+// writing: o is then settled, or holds the permanent error to record in the
+// next attempt.
 func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 	if o.step != nil {
 		return decideStep(w, o)
@@ -112,8 +102,8 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 		o.settled = true
 		return false
 	}
-	// Look again under the write lock: a concurrent group, or an earlier
-	// op of this one, may have written the mark since the snapshot.
+	// Look again under the write lock: a concurrent group, or an earlier op
+	// of this one, may have written the mark since the snapshot.
 	found, err := db.findMarkFrom(w.btx, o.mkey, o.mhash, o.checkFrom)
 	if err != nil {
 		o.fail(outcomeAborted, err)
@@ -125,10 +115,8 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 	}
 	mark := layout.Mark{PayloadHash: o.hash, FirstSeen: w.now.UnixNano()}
 	if found != nil {
-		// Taking over an expired claim: the mark keeps its first-seen time
-		// (rewriteMark decides its window), and takes a token greater than
-		// the claim's, so the holder's late Complete gets a *FenceError
-		// with both.
+		// Taking over an expired claim: first-seen time kept, and a token
+		// greater than the claim's, so the holder's late Complete is fenced.
 		mark.FirstSeen = found.FirstSeen
 		if mark.Token, err = layout.NextClaimToken(w.btx); err != nil {
 			o.fail(outcomeAborted, err)
@@ -154,9 +142,7 @@ func (db *DB) decideOne(w *writeTx, o *op) (undo bool) {
 			o.failWith, o.failMsg = r.err, r.msg
 			return true
 		case r.err != nil && o.ctx.Err() != nil:
-			// The context ended during the effect: whatever the effect
-			// made of it, the request was aborted (Stats.Aborted), and the
-			// caller gets the effect's own error.
+			// ctx ended during the effect: aborted, with the effect's own error.
 			o.fail(outcomeAborted, r.err)
 			o.settled = true
 			return true
@@ -202,20 +188,11 @@ type effectResult struct {
 	msg       string // err's message, for a permanent error's FAILED mark
 }
 
-// runEffect calls o's effect in tx. Everything that calls into the values
-// the effect returned (the error's As and Is methods while looking for
-// Permanent, its Error for the message) happens in the same guarded call:
-// a panic there is the effect's caller's, recorded in o.panicVal and raised
-// again in its goroutine by finish, never taken for a fault of the store.
-//
-// The effect of a detached op (one of several in a group commit) may
-// belong to another caller than the one leading the commit, so it runs on
-// a goroutine of its own: a runtime.Goexit in it ends that goroutine only,
-// and is recorded in o.goexit for finish to repeat in the caller's
-// goroutine. Any other effect is the deciding goroutine's own (an
-// ApplyBatch's, or a group leader's committing its op alone) and runs on
-// it: a runtime.Goexit there unwinds the transaction, rolling it back, and
-// ends the caller, who alone waited for it.
+// runEffect calls o's effect in tx, and looks into what it returned within
+// the same guarded call: a panic there is the caller's, kept in o.panicVal
+// for finish. A detached op's effect (one of several in a group commit)
+// runs on a goroutine of its own, so that its runtime.Goexit ends only that
+// goroutine and is repeated in its caller's (docs/design/group-commit.md).
 func runEffect(tx *Tx, o *op) effectResult {
 	o.hooks = nil // an earlier attempt's hooks were rolled back with it
 	if o.effect == nil {
@@ -229,9 +206,8 @@ func runEffect(tx *Tx, o *op) effectResult {
 	var r effectResult // on the stack: only runDetached's escapes
 	defer func() {
 		if o.goexit {
-			// runtime.Goexit is ending this goroutine, the caller's, before
-			// finish (or commitStep, for Complete's effect) could count the
-			// request: count it as they would for a detached effect.
+			// Goexit ends the caller's goroutine before finish (or commitStep)
+			// could count the request: count it here.
 			tx.w.db.stats.count(o.req.Handler, outcomeEffectError)
 		}
 	}()
@@ -239,14 +215,12 @@ func runEffect(tx *Tx, o *op) effectResult {
 	return r
 }
 
-// runDetached is runEffect's call of a detached op's effect, on a
-// goroutine of its own.
+// runDetached runs a detached op's effect on a goroutine of its own.
 func runDetached(tx *Tx, o *op) (r effectResult) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		// As on the caller's goroutine (see guard): a fault reading a
-		// damaged page in the effect is a panic, not the process's death.
+		// As in guard: a fault on a damaged page is a panic, not a crash.
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 		callEffect(tx, o, &r)
 	}()
@@ -254,9 +228,8 @@ func runDetached(tx *Tx, o *op) (r effectResult) {
 	return r
 }
 
-// callEffect runs the effect and looks into what it returned, recording in
-// o a panic or a runtime.Goexit on the way (told apart by the deferred
-// check: recover returns nil during a Goexit).
+// callEffect runs the effect and records in o a panic or a runtime.Goexit
+// (recover returns nil during a Goexit).
 func callEffect(tx *Tx, o *op, r *effectResult) {
 	returned := false
 	defer func() {
@@ -264,8 +237,7 @@ func callEffect(tx *Tx, o *op, r *effectResult) {
 			return
 		}
 		if p := recover(); p != nil {
-			// The value is kept as it was, so a caller's recover sees its
-			// own panic; the stack of the goroutine that ran it is lost.
+			// Kept as it was, so the caller's recover sees its own panic.
 			o.panicVal = p
 		} else {
 			o.goexit = true

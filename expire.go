@@ -16,31 +16,24 @@ type ExpireStats struct {
 	Windows int
 	// Marks is the number of marks deleted.
 	Marks uint64
-	// Steps is the number of write transactions expiry used. Each deletes
-	// at most Options.ExpireStep marks, so no step holds the writer long.
+	// Steps is the number of write transactions used, each deleting at most
+	// Options.ExpireStep marks.
 	Steps int
-	// LongestStep is the longest time one step held the write lock: the
-	// worst stall expiry caused a concurrent writer.
+	// LongestStep is the longest one step held the write lock.
 	LongestStep time.Duration
 	// Duration is the wall time of the whole call.
 	Duration time.Duration
 }
 
 // Expire drops every window whose newest possible mark is older than
-// Options.Retention, by the clock Options.Now. A key whose mark was dropped
-// is applied again if it is delivered again: that is the dedup window.
-//
-// The windows stop answering look-ups at once, in one small transaction;
-// their marks are then deleted in steps of Options.ExpireStep marks, each in
-// its own transaction, so writers wait at most one step behind expiry. The
-// work grows with the number of expired marks, never with the live ones. If
-// ctx ends or the process dies midway, the windows stay dropped and the next
-// Expire (or the background expiry) finishes deleting them.
-//
-// A clock that jumps backwards only delays expiry: nothing is dropped
-// before its time by the clock's own account. A window holding a claim
-// whose lease has not run out is kept until it has, and so are the windows
-// after it.
+// Options.Retention by the store's clock; a key whose mark was dropped is
+// applied again if delivered again. The windows stop answering at once,
+// then their marks are deleted in steps of Options.ExpireStep, so writers
+// wait at most one step; if ctx ends or the process dies midway, the next
+// Expire finishes. A clock stepped back only delays expiry, and a window
+// holding a live claim's lease is kept, with the newer ones, until it ends
+// (docs/design/windows-and-filters.md). Errors: ctx's, ErrReadOnly,
+// ErrClosed, the commit's.
 func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
 	if !db.life.enter() {
 		return ExpireStats{}, ErrClosed
@@ -59,9 +52,7 @@ func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
 }
 
 func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
-	// The earlier of the store's time and the raw reading: a clock stepped
-	// back only delays expiry, and a forward jump not yet confirmed (see
-	// Options.MaxClockJump) expires nothing.
+	// The earlier of the store's time and the raw reading (docs/design/clock.md).
 	store, raw := db.clock.readRaw()
 	now := min(store.UnixNano(), raw.UnixNano())
 	floor := db.live.Floor()
@@ -69,9 +60,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		floor = max(floor, db.windowConfig.End(w.Start))
 	}
 	if floor > db.live.Floor() {
-		// The clock's high-water mark goes with the floor (and is saved
-		// again at Close), so a restart on a clock that stepped back
-		// resumes from here.
+		// The clock's high-water mark is saved with the floor.
 		var high int64
 		if err := db.expireTx(st, func(btx *bolt.Tx) error {
 			high = db.clock.read().UnixNano()
@@ -84,8 +73,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		}
 	}
 
-	// Delete what lies below the floor, including what an interrupted
-	// earlier call left.
+	// Delete what lies below the floor, an interrupted call's left-overs too.
 	var doomed []int64
 	if err := db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
@@ -160,11 +148,9 @@ func (db *DB) expireInBackground(ctx context.Context) {
 	}
 }
 
-// ExpireDue returns the windows that Expire would drop if it ran now, oldest
-// first, and drops nothing: an expiry dry run, for an operator who wants to
-// see what a retry would no longer be deduplicated against. It reads the
-// clock as Expire does, so its answer is Expire's as long as no mark or
-// claim is written in between. It works on a read-only DB.
+// ExpireDue returns the windows Expire would drop now, oldest first, and
+// drops nothing: a dry run, reading the clock as Expire does. It works on a
+// read-only DB.
 func (db *DB) ExpireDue() ([]WindowStats, error) {
 	if !db.life.enter() {
 		return nil, ErrClosed
@@ -182,11 +168,9 @@ func (db *DB) ExpireDue() ([]WindowStats, error) {
 	return due, nil
 }
 
-// expirable returns the live windows, oldest first, that have expired at
-// now (Unix nanoseconds). Windows go oldest first, and stop at the first
-// one to keep, since the floor drops everything below it: a window holding
-// a claim whose lease is still running is kept until it ends (and the newer
-// ones with it), so a live claim never loses its mark.
+// expirable returns the live windows expired at now (Unix nanoseconds),
+// oldest first, stopping at the first one to keep, a live lease's included:
+// the floor drops everything below it.
 func (db *DB) expirable(now int64) []*windowset.Live {
 	live := db.live.Windows()
 	for i, w := range live {

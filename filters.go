@@ -11,8 +11,8 @@ import (
 	"github.com/oncekv/oncekv/internal/windowset"
 )
 
-// minFilterKeys is the smallest number of keys a window's filter is planned
-// for. The filter grows past its plan, so a small guess is cheap.
+// minFilterKeys is the fewest keys a filter is planned for; it grows past
+// its plan.
 const minFilterKeys = 4096
 
 func (db *DB) filtersOn() bool { return db.opts.BloomFalsePositiveRate > 0 }
@@ -22,27 +22,20 @@ func (db *DB) newFilter(keys uint64) (*bloom.Filter, error) {
 	return bloom.New(max(keys, minFilterKeys), db.opts.BloomFalsePositiveRate)
 }
 
-// openedFilters is what Open learnt about the persisted Bloom filters, for
-// Close to know what it must persist. Open sets it before the DB is shared;
-// after that only Close reads it, once every call in flight has ended, so
-// it needs no lock.
+// openedFilters is what Open learnt about the persisted filters, for Close;
+// set before the DB is shared and read by Close alone.
 type openedFilters struct {
-	// provenTx is the bbolt transaction the file was at when Open loaded
-	// the newest window's filter that the last clean Close persisted; 0
-	// when Open rebuilt it. While the file is still there, that filter is
-	// still current, and Close has nothing to write.
+	// provenTx is the transaction at which Open loaded the newest window's
+	// persisted filter, 0 when it rebuilt it: while the file is still at
+	// it, Close has nothing to write.
 	provenTx int
-	// rebuiltSealed are the sealed windows whose persisted filter was
-	// missing or damaged, so Open rebuilt it from their keys. A sealed
-	// window never gains a key, so Close can persist the rebuilt one and
-	// spare the next Open the work.
+	// rebuiltSealed are the sealed windows whose filter Open rebuilt, for
+	// Close to persist.
 	rebuiltSealed []int64
-	// rebuilt counts the windows whose filter Open rebuilt by reading
-	// every key (see FiltersRebuiltAtOpen in export_test.go).
+	// rebuilt counts the filters Open rebuilt (FiltersRebuiltAtOpen).
 	rebuilt int
-	// staleStamp is set when the file holds a newest-window filter whose
-	// stamp no longer matches it, for a writable Open to delete (see
-	// layout.DropNewestFilter), whether or not filters are on.
+	// staleStamp: the file's newest-window filter is stale, for a writable
+	// Open to delete (layout.DropNewestFilter).
 	staleStamp bool
 }
 
@@ -67,17 +60,11 @@ func (db *DB) decodeOrWarn(raw []byte, start int64) *bloom.Filter {
 	return f
 }
 
-// loadNewestFilter returns the filter the last clean Close persisted for
-// the newest window, the one starting at start, when the file proves it
-// current (see layout.FilterStamp), or nil. A filter that lacked a
-// committed key would turn a duplicate into a second run of its effect, so
-// anything short of proof means a rebuild: after a crash, the process that
-// died may have written marks the filter never learnt.
-//
-// raw, state and err are what layout.NewestFilter found in the
-// transaction txid, Open's first look at the windows, before Open wrote
-// anything itself: a write of Open's own (a legacy file's upgrade) moves
-// the file past the stamp, and costs one rebuild.
+// loadNewestFilter returns the newest window's filter the last clean Close
+// persisted, when the file proves it current (layout.FilterStamp), else nil
+// for a rebuild: a filter lacking a committed key would run an effect
+// twice. raw, state and err are layout.NewestFilter's, in Open's first
+// transaction txid.
 func (db *DB) loadNewestFilter(txid int, start int64, raw []byte, state layout.NewestFilterState, err error) *bloom.Filter {
 	switch state {
 	case layout.FilterCurrent:
@@ -108,10 +95,8 @@ func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error)
 	return f, err
 }
 
-// mayHaveMark reports whether any of the live windows might hold the key
-// hashed h (bloom.Sum64 of its mark key): false means the key was certainly
-// never seen (as of the last commit), and the read transaction of the
-// duplicate fast path can be skipped altogether.
+// mayHaveMark reports whether any of live might hold the key hashed h:
+// false means certainly never seen, as of the last commit.
 func (db *DB) mayHaveMark(live []*windowset.Live, h uint64) bool {
 	for _, w := range live {
 		if w.Filter == nil || db.filterMayContain(w.Filter, h) {
@@ -121,8 +106,7 @@ func (db *DB) mayHaveMark(live []*windowset.Live, h uint64) bool {
 	return false
 }
 
-// filterMayContain asks f about h, through filterHook when a test has set
-// one to play the adversary.
+// filterMayContain asks f about h, through filterHook when a test set one.
 func (db *DB) filterMayContain(f *bloom.Filter, h uint64) bool {
 	maybe := f.MayContain(h)
 	if db.filterHook != nil {
@@ -131,15 +115,9 @@ func (db *DB) filterMayContain(f *bloom.Filter, h uint64) bool {
 	return maybe
 }
 
-// sealLocked persists the filter of the newest window before a newer window
-// receives its first mark, in the same transaction. From then on the sealed
-// window only receives rewrites of marks it already holds, so the stored
-// filter stays complete, and Open can load it instead of reading every key.
-//
-// The in-memory filter learns a transaction's marks only once it has
-// committed, so the stored one also gets the new marks this transaction
-// (db.current, which runs it) wrote into the window before sealing it: a
-// LoadMarks of marks of both windows.
+// sealLocked persists the newest window's filter, with the marks the
+// current transaction added to it, before a newer window gets its first
+// mark: a sealed window never gains a key, so Open can load its filter.
 func (db *DB) sealLocked(btx *bolt.Tx, newStart int64) error {
 	newest := db.live.Newest()
 	if newest == nil || newest.Start >= newStart || newest.Filter == nil {
@@ -155,10 +133,9 @@ func (db *DB) sealLocked(btx *bolt.Tx, newStart int64) error {
 	return layout.PutFilter(btx, newest.Start, enc)
 }
 
-// withMarksOfCurrent returns enc, an encoded filter of the window starting
-// at start, with the keys of the new marks the current transaction wrote
-// into that window added. The in-memory filter is left alone: readers use
-// it, and this transaction may still roll back.
+// withMarksOfCurrent returns enc, the encoded filter of window start, with
+// the current transaction's new marks there added; the in-memory filter is
+// left alone, as the transaction may roll back.
 func (db *DB) withMarksOfCurrent(enc []byte, start int64) ([]byte, error) {
 	w := db.current
 	if w == nil {
@@ -183,8 +160,8 @@ func (db *DB) withMarksOfCurrent(enc []byte, start int64) ([]byte, error) {
 	return f.MarshalBinary()
 }
 
-// newestFilterCurrent reports whether the file's persisted newest-window
-// filter is still current: Open loaded it, and nothing committed since.
+// newestFilterCurrent reports whether the file's newest-window filter is
+// still current: Open loaded it, and nothing committed since.
 func (db *DB) newestFilterCurrent() bool {
 	if db.opened.provenTx == 0 {
 		return false

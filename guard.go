@@ -13,13 +13,10 @@ func recoverCorrupt(path string, err *error) {
 	}
 }
 
-// guard runs fn, a bbolt transaction, and turns a panic that bbolt raises
-// on a damaged page (an assertion such as "page expected to be", an index
-// out of range, or a fault reading past the end of the memory map) into
-// ErrCorrupt, so that a damaged file gives its readers an error and not a
-// crash. A panic of the caller's own code inside the transaction is marked
-// by callUser and raised again unchanged. bbolt rolls the transaction back
-// on the way out, so nothing stays locked.
+// guard runs fn, a bbolt transaction, turning a panic of bbolt's on a
+// damaged page (or a fault past the end of its memory map) into ErrCorrupt,
+// and raising a panic of the caller's code (see callUser) again unchanged
+// (docs/design/damaged-files.md).
 func (db *DB) guard(fn func() error) (err error) {
 	defer func() {
 		r := recover()
@@ -38,10 +35,8 @@ func (db *DB) guard(fn func() error) (err error) {
 // userPanic carries a panic of the caller's code through guard.
 type userPanic struct{ val any }
 
-// callUser runs fn, the caller's code, so that guard re-raises its panic
-// instead of taking it for bbolt's. A bbolt panic inside fn (the caller
-// reading a damaged page of a user bucket) stays a panic too: it happened
-// in the caller's code, which may hold locks of its own.
+// callUser runs fn, the caller's code, so that guard raises its panic
+// again, a bbolt panic in it included: it may hold the caller's own locks.
 func callUser(fn func() error) error {
 	defer func() {
 		if r := recover(); r != nil {

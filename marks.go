@@ -28,8 +28,8 @@ const (
 	MarkFailed MarkState = 3
 )
 
-// The values are the file's own (layout.State), so a mark's state converts
-// as it is; an index out of range here fails the build if they drift.
+// The values are layout.State's: an index out of range fails the build if
+// they drift.
 var (
 	_ = [1]struct{}{}[MarkInProgress-MarkState(layout.InProgress)]
 	_ = [1]struct{}{}[MarkDone-MarkState(layout.Done)]
@@ -39,52 +39,42 @@ var (
 // String returns IN_PROGRESS, DONE or FAILED.
 func (s MarkState) String() string { return layout.State(s).String() }
 
-// MarkInfo is what the store holds about one (handler, key), for support
-// and tooling: answering "was this message processed, when, and with what
-// answer" without reading the file by hand.
+// MarkInfo is what the store holds about one (handler, key): was it
+// processed, when, and with what answer.
 type MarkInfo struct {
 	Handler, Key string
 	State        MarkState
 	// FirstSeen is when the key's first delivery wrote the mark.
 	FirstSeen time.Time
-	// Window is the start of the window holding the mark; the mark is
-	// dropped with it, Options.Retention after its end.
+	// Window is the start of the window holding the mark, dropped with it.
 	Window time.Time
-	// Fingerprint is what a later request must match, or get ErrKeyReuse:
-	// the first 16 bytes of the SHA-256 of the first Payload, or of the
-	// Request.Fingerprint given instead (see Request); the last 16 bytes
-	// are zero, as a mark stores only the first 16. LoadMarks accepts a
-	// full SHA-256 here and keeps its first 16 bytes.
+	// Fingerprint is what a later request must match: the first 16 bytes
+	// of the SHA-256 of the first Payload (or Request.Fingerprint), the
+	// rest zero. LoadMarks keeps the first 16 bytes of a full SHA-256.
 	Fingerprint [sha256.Size]byte
 	// Response is the stored response of a DONE mark, a copy.
 	Response []byte
 	// Error is the stored message of a FAILED mark.
 	Error string
-	// LeaseUntil is when the claim's lease runs out, for an IN_PROGRESS
-	// mark; zero otherwise, and for a claim that was released.
+	// LeaseUntil is when an IN_PROGRESS mark's lease runs out; zero
+	// otherwise, and for a released claim.
 	LeaseUntil time.Time
-	// Token is the fencing token of the claim that wrote the mark; 0 for
-	// one Apply wrote from scratch.
+	// Token is the fencing token of the claim that wrote the mark; 0 for a
+	// mark Apply wrote from scratch.
 	Token uint64
-	// ClaimKey is what Claim.Key returns for this (handler, key): the
-	// idempotency key the external system was given, to look its side up.
+	// ClaimKey is Claim.Key of this (handler, key).
 	ClaimKey string
-	// Released is true for an IN_PROGRESS mark that any Claim or Apply may
-	// take over at once: its holder released it (Claim.Fail with a
-	// transient error, DB.ReleaseClaim) or is gone (Orphaned).
+	// Released: an IN_PROGRESS mark any Claim or Apply may take over at once
+	// (released by Claim.Fail or DB.ReleaseClaim, or Orphaned).
 	Released bool
-	// Orphaned is true for an IN_PROGRESS mark taken by a process that is
-	// no longer running (see Options.KeepOrphanedClaims).
+	// Orphaned: an IN_PROGRESS mark of a process no longer running.
 	Orphaned bool
 }
 
-// Mark returns what the store holds about (handler, key). It reads one
-// snapshot, takes no write lock, and changes nothing, not even in a
-// read-only store.
-//
-// Errors: ErrNotFound when the key has no mark (never seen, forgotten, or
-// expired); the bad input errors of Apply; ErrCorrupt for a mark that does
-// not decode; ErrClosed after Close. Each comes wrapped in a *RequestError.
+// Mark returns what the store holds about (handler, key), from one
+// snapshot, changing nothing. Errors, each in a *RequestError: ErrNotFound
+// (never seen, forgotten, or expired), the bad input errors of Apply,
+// ErrCorrupt, ErrClosed.
 func (db *DB) Mark(handler, key string) (MarkInfo, error) {
 	if !db.life.enter() {
 		return MarkInfo{}, ErrClosed
@@ -113,11 +103,9 @@ func (db *DB) Mark(handler, key string) (MarkInfo, error) {
 }
 
 // Claims calls fn with every IN_PROGRESS mark in the live windows, oldest
-// window first, until fn returns an error, which Claims returns. It is for
-// an operator looking for stuck work, and reads every live mark to find
-// them: a tool, not a hot path. fn runs inside one read transaction, which
-// holds bbolt's memory map while it runs (a long one delays a writer that
-// must grow the file); it must not call other DB methods.
+// window first, until fn returns an error, which Claims returns: a tool for
+// finding stuck work, reading every live mark. fn runs inside one read
+// transaction and must not call other DB methods.
 func (db *DB) Claims(fn func(MarkInfo) error) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -148,18 +136,14 @@ func (db *DB) Claims(fn func(MarkInfo) error) error {
 }
 
 // ReleaseClaim lets any Claim or Apply take over the key's claim at once,
-// for an operator who knows its worker is gone: the same as the worker's
-// own Claim.Fail with a transient error. token must be the claim's, as
-// DB.Mark or DB.Claims showed it, so a claim taken over since is not
-// released by mistake. If the worker is in fact alive and nobody has taken
-// the key over, its Complete still succeeds; after a takeover it gets
-// ErrFenced. Either way its external call may have happened: the external
-// system deduplicates on Claim.Key.
+// as the holder's Claim.Fail with a transient error would, for an operator
+// who knows the worker is gone. token must be the claim's (DB.Mark,
+// DB.Claims show it). A live worker's Complete still succeeds unless the
+// key was taken over since.
 //
-// Errors: ErrNotFound when the key has no mark; ErrClaimDone when it is
-// DONE or FAILED; ErrFenced (a *FenceError when the key holds a greater
-// token) when token is not the holder's; ErrReadOnly; ErrClosed; the bad
-// input errors of Apply. Each comes wrapped in a *RequestError.
+// Errors, each in a *RequestError: ErrNotFound, ErrClaimDone for a DONE or
+// FAILED key, ErrFenced (a *FenceError for a greater token) when token is
+// not the holder's, ErrReadOnly, ErrClosed, the bad input errors of Apply.
 func (db *DB) ReleaseClaim(handler, key string, token uint64) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -214,11 +198,9 @@ func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) Ma
 	return info
 }
 
-// MarkFilter selects the marks DB.Marks lists. A zero field selects every
-// mark, so the zero MarkFilter lists them all.
+// MarkFilter selects the marks DB.Marks lists; a zero field selects all.
 type MarkFilter struct {
-	// Handler, when set, keeps the marks of this handler only. Mark keys
-	// begin with their handler, so this reads only that handler's keys.
+	// Handler keeps this handler's marks only, reading only its keys.
 	Handler string
 	// State, when set, keeps the marks in this state only.
 	State MarkState
@@ -228,15 +210,10 @@ type MarkFilter struct {
 }
 
 // Marks calls fn with every mark in the live windows that filter selects,
-// oldest window first and in key order within a window, until fn returns
-// an error, which Marks returns. Like Claims it is for operators and tools
-// (listing, dumping), not a hot path: fn runs inside one read transaction,
-// which holds bbolt's memory map while it runs, and must not call other DB
-// methods.
-//
-// Errors: ErrKeyTooLarge for a filter handler that no mark key could hold;
-// ErrCorrupt (a *RecordError naming bucket and key) for a mark that does
-// not decode; ErrClosed after Close.
+// oldest window first and in key order within one, until fn returns an
+// error, which Marks returns. fn runs inside one read transaction and must
+// not call other DB methods. Errors: ErrKeyTooLarge for a Handler no mark
+// key could hold, ErrCorrupt (a *RecordError), ErrClosed.
 func (db *DB) Marks(filter MarkFilter, fn func(MarkInfo) error) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -290,29 +267,17 @@ func (db *DB) windowMarks(w *bolt.Bucket, start int64, prefix []byte, state Mark
 	return nil
 }
 
-// LoadMarks writes marks, as DB.Marks listed them from another store (a
-// dump), into this one in one write transaction: for moving a store to
-// another machine. Each mark keeps its state, fingerprint, response or
-// error, token and FirstSeen. It goes into this store's window of its
-// Window (of its FirstSeen when Window is zero), so it expires no sooner
-// than it did in the other store, or into the newest window when that is
-// later (a window never gains a key once a newer one exists, including a
-// newer one this same call created): load marks oldest window first, as
-// Marks lists them, or later ones go into a later window than their own.
-// A mark that has expired by this store's clock and Retention is skipped:
-// loaded reports how many marks were written.
+// LoadMarks writes marks, as DB.Marks listed them from another store, in
+// one write transaction, each keeping its state, fingerprint, response or
+// error, token and FirstSeen. A mark goes into the window of its Window (or
+// FirstSeen), or the newest window when that is later: load marks oldest
+// window first, as Marks lists them. Marks expired here are skipped; loaded
+// counts those written. IN_PROGRESS marks are refused (docs/design/claims.md).
 //
-// Only DONE and FAILED marks are loaded. A claim in progress is refused
-// with ErrInProgress: its worker belongs to the other store, and a claim
-// taken here would get a token from this store's counter, possibly smaller
-// than the one the external system saw, which would then fence it off.
-//
-// Errors, each wrapped in a *RequestError naming the handler and key, and
-// nothing is written when one is returned: an error matching fs.ErrExist
-// when the key has a mark here already (or is given twice); ErrInProgress;
-// ErrInvalidMark for a State that is none of the MarkState values;
-// ErrResponseTooLarge; the bad input errors of Apply; ErrReadOnly;
-// ErrClosed.
+// Errors, each in a *RequestError, and then nothing is written: one
+// matching fs.ErrExist for a key with a mark here (or given twice),
+// ErrInProgress, ErrInvalidMark, ErrResponseTooLarge, the bad input errors
+// of Apply, ErrReadOnly, ErrClosed.
 func (db *DB) LoadMarks(marks []MarkInfo) (loaded int, err error) {
 	if !db.life.enter() {
 		return 0, ErrClosed
@@ -382,11 +347,9 @@ func loadTime(info *MarkInfo) time.Time {
 	return info.Window
 }
 
-// Forget drops the mark of (handler, key), so the next delivery of the key
-// is applied again: for an operator who knows a failure must be retried, or
-// a key that must be processed afresh. Forgetting a key that has no mark is
-// not an error. A key held by a live claim returns ErrInProgress (an
-// *InProgressError saying until when) and stays.
+// Forget drops the mark of (handler, key), so the next delivery is applied
+// again; a key without a mark is no error. A live claim's key returns
+// ErrInProgress (an *InProgressError) and stays.
 func (db *DB) Forget(handler, key string) error {
 	if !db.life.enter() {
 		return ErrClosed

@@ -37,43 +37,35 @@ type op struct {
 	effect func(*Tx) ([]byte, error)
 	index  int // position in ApplyBatch's reqs
 
-	// The outcome. Until the transaction that decided it commits, it is
-	// tentative; settled means it no longer depends on any commit.
+	// The outcome, tentative until the transaction that decided it commits;
+	// settled means it no longer depends on any commit.
 	res     Result
 	err     error
 	kind    outcome
 	settled bool
-	// panicVal is the panic of the effect (or of its error's methods),
-	// and goexit is set when the effect called runtime.Goexit; both are
-	// raised again in the op's own caller.
+	// panicVal and goexit are a panic or runtime.Goexit of the effect (or of
+	// its error's methods), raised again in the op's caller.
 	panicVal any
 	goexit   bool
-	// hooks are the OnCommit hooks its effect registered, in the attempt
-	// that committed when kind is outcomeApplied.
+	// hooks are the OnCommit hooks of the attempt that committed.
 	hooks []func()
-	// checkFrom is the start of the oldest window the write path must look
-	// in; older ones were sealed and found empty of this key by the
-	// snapshot (see findMarkFrom).
+	// checkFrom is the oldest window the write path must look in: the
+	// snapshot found older, sealed ones empty of the key.
 	checkFrom int64
-	// failWith is a permanent error to record as FAILED, with the message
-	// failMsg, without running the effect, in the next attempt at the
-	// transaction.
+	// failWith is a permanent error to record as FAILED (message failMsg)
+	// in the next attempt, without running the effect.
 	failWith error
 	failMsg  string
 	// counts are what deciding the op moved in its last attempt.
 	counts lookupCounts
 
-	// wake carries true when the outcome is ready, false when the op's
-	// goroutine is promoted to lead the next group commit. Only ops that
-	// queued in the group commit have one.
+	// wake carries true when the outcome is ready, false when the op is
+	// promoted to lead the next commit; only queued ops have one.
 	wake chan bool
-	// detached: the effect runs on another goroutine than the one deciding
-	// o, because that one is not o's caller's, or decides other callers'
-	// ops in the same transaction (see runEffect).
+	// detached: the effect runs on a goroutine of its own (see runEffect).
 	detached bool
-	// step, when not nil, makes o a claim's write (take, Extend, Complete,
-	// Fail) riding the group commit: decideOne runs it in place of Apply's
-	// logic (see decideStep).
+	// step, when not nil, makes o a claim's write, which decideOne runs in
+	// place of Apply's logic (see decideStep).
 	step func(w *writeTx) error
 }
 
@@ -99,8 +91,7 @@ func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte,
 }
 
 // answer sets o's outcome from an existing mark, and reports false when the
-// mark does not decide it (an expired claim, which the request may take
-// over).
+// mark does not decide it (an expired claim, to take over).
 func (o *op) answer(m *layout.FoundMark, now time.Time) bool {
 	if m.PayloadHash != o.hash {
 		o.fail(outcomeKeyReuse, ErrKeyReuse)

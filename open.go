@@ -18,12 +18,11 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// Open opens the oncekv database at path, creating it if it does not exist.
-// opts may be nil for defaults.
-//
-// Open fails with ErrLocked, naming the path, when another process holds the
-// file for longer than Options.OpenTimeout; with ErrNotOncekv when the file
-// is not an oncekv database; and with ErrCorrupt when it is damaged.
+// Open opens the oncekv database at path, creating it if needed; opts may
+// be nil for defaults. Errors: ErrInvalidOptions, listing every bad field;
+// and, naming the path, ErrLocked after Options.OpenTimeout, ErrNotOncekv,
+// ErrCorrupt, and ErrReadOnly for a read-only open of a file never opened
+// writable.
 func Open(path string, opts *Options) (db *DB, err error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -48,13 +47,10 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		}
 	}
 
-	// bbolt reads the file's pages directly; on a damaged file it can panic
-	// where it expected structure. Users get an error instead.
+	// A damaged file can make bbolt panic, or fault reading past the end
+	// of its memory map (SIGBUS): both become ErrCorrupt
+	// (docs/design/damaged-files.md).
 	defer recoverCorrupt(path, &err)
-	// A file cut short, or a page number past its end, makes bbolt read its
-	// memory map beyond the file; the kernel answers with SIGBUS or SIGSEGV,
-	// which kills the process unless the faulting goroutine asked for a
-	// panic instead. With it, recoverCorrupt reports ErrCorrupt.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 
 	began := time.Now()
@@ -65,11 +61,8 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		// bbolt reads the freelist of a read-only file only when asked, and
 		// Stats.File would report no free pages without it.
 		PreLoadFreelist: o.ReadOnly,
-		// The array freelist hands out the lowest free pages first, so
-		// pages that expiry frees are reused before the file's end: under
-		// steady traffic the file plateaus at its first retention's size.
-		// The map freelist left freed pages scattered (1.27x the size, still
-		// growing after ten retentions); see bench/README.md, "plateau".
+		// The array freelist reuses the lowest free pages first, so the file
+		// plateaus under steady traffic (bench/README.md, "plateau").
 		FreelistType: bolt.FreelistArrayType,
 		// Negative means "only what the file needs": bbolt's own <= 0.
 		InitialMmapSize: o.InitialMmapSize,
@@ -78,8 +71,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 		return nil, openError(path, o.OpenTimeout, time.Since(began), err)
 	}
 	if creating {
-		// A new file's directory entry is durable only once its directory is
-		// synced; without it a power loss can lose the whole file.
+		// A new file's directory entry is durable once its directory is synced.
 		if err := syncDir(filepath.Dir(path)); err != nil && !o.NoSync {
 			_ = b.Close()
 			return nil, fmt.Errorf("oncekv: open %q: sync directory: %w", path, err)
@@ -156,18 +148,12 @@ func initFile(b *bolt.DB, now, span int64, readOnly bool) error {
 	})
 }
 
-// fileSpan returns the span the file's windows are made with. asked is
-// Options.WindowSpan, zero for "the file's". Every window end is computed
-// from the span, so opening with another one would end windows early, or
-// make them overlap, and drop marks before their retention: it is refused.
-//
-// A legacy file, written before the span was stored, was made with whatever
-// span its opens used; it is taken to be asked (or the old default, 1h),
-// which is what every open of it must have used for its marks to have
-// been kept right. A span its windows are not aligned to cannot be the
-// one, and is refused; otherwise it is recorded, once. Any file of an
-// older format is moved to the current one by its first writable open
-// (see layout.Upgrade); a read-only open reads it as it is.
+// fileSpan returns the span the file's windows are made with; asked is
+// Options.WindowSpan, zero for the file's. Every window end is computed from
+// the span, so another one than the file's is refused. A legacy file without
+// a stored span is taken to have asked's (or 1h), refused when its windows
+// are not aligned to it, and recorded; an older format is upgraded by the
+// first writable open (layout.Upgrade).
 func fileSpan(b *bolt.DB, asked time.Duration, readOnly bool) (time.Duration, error) {
 	var stored int64
 	var legacy, outdated bool

@@ -15,9 +15,8 @@ type Counters struct {
 	// Applied counts effects committed with a DONE mark.
 	Applied uint64
 	// DuplicatesSuppressed counts requests answered from a stored mark
-	// without running the effect (duplicates_suppressed_total). Zero over a
-	// long time is suspicious, not good: at-least-once delivery does
-	// redeliver.
+	// without running the effect. Zero for long is suspicious: at-least-once
+	// delivery does redeliver.
 	DuplicatesSuppressed uint64
 	// InProgressConflicts counts ErrInProgress answers
 	// (idempotency_key_conflicts_total).
@@ -28,23 +27,17 @@ type Counters struct {
 	FailedRecorded uint64
 	// FailedReplayed counts duplicates answered with a recorded failure.
 	FailedReplayed uint64
-	// EffectErrors counts transient effect errors (rolled back, nothing
-	// recorded) that Apply's effect returned while its context was live,
-	// and those of Claim.Complete's effect.
+	// EffectErrors counts transient errors of Apply's effect (while its
+	// context was live) and of Claim.Complete's.
 	EffectErrors uint64
-	// InvalidRequests counts requests rejected as bad input. It is counted
-	// store-wide only, in Stats.Total, and is always zero in Stats.Handlers
-	// and Stats.OtherHandlers: the handler name of a rejected request may be
-	// empty, huge or garbage, so it never creates (or is credited to) an
-	// entry of its own.
+	// InvalidRequests counts requests rejected as bad input, in Stats.Total
+	// only: their handler name never creates an entry.
 	InvalidRequests uint64
 	// Aborted counts requests that applied nothing because their context
-	// ended, the commit failed or a record did not decode. For Apply, a
-	// context that ended while the effect ran counts here, whatever the
-	// effect returned (the caller still gets the effect's error).
+	// ended (during Apply's effect too), the commit failed or a record did
+	// not decode.
 	Aborted uint64
-	// Fenced counts claim operations (Extend, Complete, Fail) rejected with
-	// ErrFenced because another worker had taken the key over.
+	// Fenced counts claim operations rejected with ErrFenced.
 	Fenced uint64
 }
 
@@ -77,22 +70,18 @@ func (c *Counters) add(o Counters) {
 	c.Fenced += o.Fenced
 }
 
-// Stats is a snapshot of a DB's counters and gauges. Take two and Sub them
-// for rates; an exporter (Prometheus, expvar) can adapt it without oncekv
-// depending on a metrics library.
+// Stats is a snapshot of a DB's counters and gauges; Sub two of them for
+// rates. Exporters (Prometheus, expvar) adapt it.
 type Stats struct {
 	// Total sums Handlers and OtherHandlers, plus the requests rejected as
 	// bad input (Total.InvalidRequests).
 	Total Counters
-	// Handlers holds the counters of each handler seen since Open, up to
-	// Options.MaxHandlerStats of them: the first ones seen keep their
-	// entry until Close, and the map never grows past the cap.
+	// Handlers holds the counters of each handler seen since Open, the first
+	// Options.MaxHandlerStats of them.
 	Handlers map[string]Counters
-	// OtherHandlers sums the counters of every handler that found
-	// Handlers full, so the totals stay right however many names arrive.
+	// OtherHandlers sums the handlers that found Handlers full.
 	OtherHandlers Counters
-	// Commits counts write transactions committed (Apply groups, batches,
-	// Update). Total.Applied / Commits is the average group size.
+	// Commits counts write transactions committed.
 	Commits uint64
 	// FencedWrites counts writes refused by PutFenced (ErrFenced) and
 	// PutIfVersion (ErrVersionConflict, ErrUnversioned).
@@ -100,23 +89,20 @@ type Stats struct {
 	// BloomNegatives counts window look-ups skipped because the window's
 	// filter said the key was definitely not there.
 	BloomNegatives uint64
-	// BloomFalsePositives counts window look-ups the filter let through
-	// that found nothing. Over BloomNegatives+BloomFalsePositives it
-	// estimates the filters' false-positive rate.
+	// BloomFalsePositives counts window look-ups the filter let through that
+	// found nothing: over BloomNegatives+BloomFalsePositives, the rate.
 	BloomFalsePositives uint64
 	// ExpiredWindows and ExpiredMarks count what expiry dropped since Open.
-	// A retry of an expired key is applied again.
 	ExpiredWindows uint64
 	ExpiredMarks   uint64
 	// ClockJumps counts the forward jumps of Options.Now over
-	// Options.MaxClockJump since Open. Each was held back until three
-	// readings in a row confirmed it, or dropped when the clock came back.
+	// Options.MaxClockJump held back since Open.
 	ClockJumps uint64
 
 	// LiveMarks is the number of marks in the live windows (a gauge).
 	LiveMarks uint64
-	// OldestMarkAge is how long ago the oldest live window holding marks
-	// began: no mark is older. Zero with no marks.
+	// OldestMarkAge is the age of the oldest live window holding marks; zero
+	// with no marks.
 	OldestMarkAge time.Duration
 	// Windows describes every live window, oldest first.
 	Windows []WindowStats
@@ -181,22 +167,19 @@ func (db *DB) Stats() Stats {
 	return st
 }
 
-// statsCollector keeps one set of atomic counters per handler. Handler
-// names come from requests, so the map is bounded: at most maxHandlers
-// entries (Options.MaxHandlerStats), then one shared overflow set, and
-// requests rejected as invalid count store-wide without touching the map.
+// statsCollector keeps atomic counters per handler: at most maxHandlers
+// entries (Options.MaxHandlerStats), then one shared overflow set; invalid
+// requests count store-wide without touching the map.
 type statsCollector struct {
 	handlers sync.Map // string -> *handlerCounters, at most maxHandlers entries
 	// maxHandlers is Options.MaxHandlerStats (0 when negative), set by Open.
 	maxHandlers int
-	// mu serialises adding an entry, so that concurrent new names cannot
-	// overshoot the cap.
+	// mu serialises adding an entry, so the cap holds.
 	mu struct {
 		sync.Mutex
 		entries int
 	}
-	// full is set once the map holds maxHandlers entries, so that the
-	// counts of the handlers past the cap do not contend for mu.
+	// full is set at the cap, so later handlers do not contend for mu.
 	full                atomic.Bool
 	other               handlerCounters
 	invalid             atomic.Uint64
@@ -228,8 +211,7 @@ func (s *statsCollector) countersOf(handler string) *handlerCounters {
 	if v, ok := s.handlers.Load(handler); ok {
 		return v.(*handlerCounters)
 	}
-	// Past the cap, and for a name no request could carry (an aborted call
-	// is counted before its request is validated), the overflow set.
+	// Past the cap, and for a name no request could carry, the overflow set.
 	if s.full.Load() || handler == "" || len(handler) > bolt.MaxKeySize {
 		return &s.other
 	}
@@ -247,8 +229,7 @@ func (s *statsCollector) addLocked(handler string) *handlerCounters {
 		return &s.other
 	}
 	h := new(handlerCounters)
-	// A copy, so that the entry does not keep alive whatever larger buffer
-	// the caller's string was cut from.
+	// A copy: the caller's string may be cut from a larger buffer.
 	s.handlers.Store(strings.Clone(handler), h)
 	s.mu.entries++
 	return h
@@ -290,57 +271,42 @@ func (h *handlerCounters) load() Counters {
 	}
 }
 
-// FileStats describes the bbolt file under a DB: what an operator watches to
-// see whether the file plateaus under a fixed retention (see the README's
-// "Operating it"). bbolt never shrinks a file: pages freed by expiry go to
-// its freelist and are reused by later writes, so under steady traffic Size
-// stays flat while FreeBytes rises after each expiry and falls as new marks
-// fill it.
+// FileStats describes the bbolt file under a DB. bbolt never shrinks a
+// file: expiry's freed pages are reused, so under steady traffic Size stays
+// flat while FreeBytes rises after each expiry and falls as marks fill it.
 type FileStats struct {
-	// Size is the file's length on disk in bytes. bbolt grows it in steps
-	// (doubling up to 16 MiB, then 16 MiB at a time), ahead of its use.
+	// Size is the file's length in bytes; bbolt grows it ahead of use
+	// (doubling up to 16 MiB, then 16 MiB at a time).
 	Size int64
-	// HighWater is the part of the file pages were ever allocated in:
-	// bbolt's high-water mark times the page size, as of the last commit
-	// (or Open). Every page below it is in use or free (FreeBytes); the
-	// file beyond it (Size - HighWater) is room bbolt grew ahead of need.
-	// HighWater - FreeBytes is the data.
+	// HighWater is the part of the file pages were ever allocated in, as of
+	// the last commit (or Open); HighWater - FreeBytes is the data.
 	HighWater int64
 	// PageSize is the file's page size in bytes.
 	PageSize int
-	// FreePages is the number of pages on the freelist that the next write
-	// transaction may reuse.
+	// FreePages is the number of pages on the freelist.
 	FreePages int
-	// PendingPages is the number of pages freed by recent write
-	// transactions that become free once no read transaction that began
-	// before them is still open. A long read transaction keeps them
-	// pending, and writers then grow the file instead: bbolt's classic
-	// cause of file growth (watch OpenReadTxs).
+	// PendingPages is the number of freed pages still seen by an open read
+	// transaction: a long one keeps them pending, and the file grows.
 	PendingPages int
-	// FreeBytes is (FreePages + PendingPages) * PageSize, bbolt's FreeAlloc:
-	// space inside the file that writes will reuse before it grows.
+	// FreeBytes is (FreePages + PendingPages) * PageSize (bbolt's FreeAlloc).
 	FreeBytes int64
-	// FreelistBytes is the size of the freelist itself when written to the
-	// file (every commit writes it). It grows with fragmentation.
+	// FreelistBytes is the size of the freelist as written by every commit.
 	FreelistBytes int
-	// OpenReadTxs is the number of read transactions open right now,
-	// oncekv's own (duplicate look-ups, View) included.
+	// OpenReadTxs is the number of read transactions open, oncekv's own
+	// included.
 	OpenReadTxs int
-	// ReadTxs counts the read transactions started since Open, oncekv's
-	// own included (a counter; the other fields are gauges).
+	// ReadTxs counts the read transactions started since Open.
 	ReadTxs uint64
 }
 
-// Sub returns f with ReadTxs, its only counter, replaced by the change
-// since other; the gauges are f's.
+// Sub returns f with ReadTxs, its only counter, less other's.
 func (f FileStats) Sub(other FileStats) FileStats {
 	f.ReadTxs -= other.ReadTxs
 	return f
 }
 
-// fileStats reads the file's size and bbolt's freelist and transaction
-// counters. bbolt updates the freelist figures when a transaction closes, so
-// they describe the state after the last one. A closed DB reports zeros.
+// fileStats reads the file's size and bbolt's figures (as of the last
+// transaction's end); zeros once closed.
 func (db *DB) fileStats() FileStats {
 	if !db.life.enter() {
 		return FileStats{}
@@ -357,17 +323,15 @@ func (db *DB) fileStats() FileStats {
 		ReadTxs:       uint64(max(bs.TxN, 0)),
 	}
 	f.HighWater = db.stats.commitHist.highWater.Load()
-	// By path: bbolt does not expose its file handle. The file is locked
-	// by this process, so it is the same file unless someone renamed it.
+	// By path: bbolt does not expose its file handle.
 	if fi, err := os.Stat(db.path); err == nil {
 		f.Size = fi.Size()
 	}
 	return f
 }
 
-// The bucket bounds of CommitHistograms. They are fixed, so that two
-// snapshots always subtract bucket by bucket and an exporter can declare
-// its buckets once.
+// The numbers of buckets of CommitHistograms, whose bounds are fixed, so
+// that snapshots subtract bucket by bucket.
 const (
 	// CommitDurationBuckets is the length of CommitHistograms.Duration.
 	CommitDurationBuckets = 14
@@ -375,8 +339,7 @@ const (
 	CommitRequestBuckets = 11
 )
 
-// commitDurationBounds span a NoSync commit on tmpfs (tens of µs) to a
-// commit stuck behind a slow disk or a long effect (seconds).
+// commitDurationBounds span a NoSync commit on tmpfs to a stuck one.
 var commitDurationBounds = [CommitDurationBuckets]time.Duration{
 	50 * time.Microsecond, 100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
 	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
@@ -396,39 +359,31 @@ func CommitDurationBounds() [CommitDurationBuckets]time.Duration { return commit
 // buckets: 1, 2, 4, ..., 1024. The array is a copy.
 func CommitRequestBounds() [CommitRequestBuckets]uint64 { return commitRequestBounds }
 
-// CommitHistograms are cumulative histograms of the write transactions
-// committed since Open, in the fixed buckets of CommitDurationBounds and
-// CommitRequestBounds, in the form Prometheus histograms take: bucket i
-// counts the observations at most bound i, so the counts never decrease
-// along the array, and Count (which includes those above the last bound) is
-// the +Inf bucket.
+// CommitHistograms are cumulative histograms of the commits since Open, in
+// the fixed buckets of CommitDurationBounds and CommitRequestBounds, as
+// Prometheus takes them: bucket i counts the observations at most bound i,
+// and Count is the +Inf bucket.
 type CommitHistograms struct {
-	// Count is the number of commits: Apply groups, batches, claims,
-	// Update, Forget, expiry steps, Close.
+	// Count is the number of commits, of every kind.
 	Count uint64
-	// Duration[i] counts the commits that took at most
-	// CommitDurationBounds()[i], from the start of the write transaction to
-	// the end of its commit (fsync included): how long the writer held the
-	// write lock, with the effects that ran inside it.
+	// Duration[i] counts the commits that held the write lock, effects and
+	// fsync included, at most CommitDurationBounds()[i].
 	Duration [CommitDurationBuckets]uint64
 	// DurationSum is the total time of the Count commits.
 	DurationSum time.Duration
 
-	// MarkCommits is the number of commits that wrote at least one mark;
-	// only those enter Requests, so that an Update or an expiry step does
-	// not read as a group of zero.
+	// MarkCommits is the number of commits that wrote a mark; only those
+	// enter Requests.
 	MarkCommits uint64
-	// Requests[i] counts the commits whose marks written (one per request
-	// applied, failed permanently, claimed or completed) were at most
-	// CommitRequestBounds()[i]: the group size of group commit.
+	// Requests[i] counts those whose marks written were at most
+	// CommitRequestBounds()[i]: the group sizes.
 	Requests [CommitRequestBuckets]uint64
-	// RequestSum is the total number of marks those commits wrote.
-	// RequestSum / MarkCommits is the average group size.
+	// RequestSum is the marks those commits wrote; over MarkCommits, the
+	// average group size.
 	RequestSum uint64
 }
 
-// Sub returns h - other: the histograms of the commits between two
-// snapshots.
+// Sub returns h - other: the commits between two snapshots.
 func (h CommitHistograms) Sub(other CommitHistograms) CommitHistograms {
 	d := CommitHistograms{
 		Count:       h.Count - other.Count,
@@ -445,24 +400,18 @@ func (h CommitHistograms) Sub(other CommitHistograms) CommitHistograms {
 	return d
 }
 
-// commitHistograms records commits. Commits come one at a time (under the
-// write lock) and a Stats call is rare, so a mutex costs nothing and gives
-// a snapshot in which Count and the buckets agree, which separate atomics
-// would not.
+// commitHistograms records commits under a mutex, so that a snapshot's
+// Count and buckets agree.
 type commitHistograms struct {
 	mu sync.Mutex
 	h  CommitHistograms
-	// highWater is FileStats.HighWater, read after each commit so that
-	// Stats needs no transaction (see committedLocked).
+	// highWater is FileStats.HighWater, read after each commit.
 	highWater atomic.Int64
 }
 
-// committedLocked is the one call the commit path makes, after a
-// successful commit only, still under writeMu: it records the commit, which
-// began at began and wrote marks marks, and reads the file's high-water
-// mark. That read is a transaction of its own, taken here because no writer
-// can be remapping the file now; a transaction inside Stats could deadlock
-// a caller who asks for Stats inside View while a writer waits to remap.
+// committedLocked records a successful commit, under writeMu, and reads the
+// file's high-water mark there, where no writer can be remapping: a
+// transaction inside Stats could deadlock a Stats called inside View.
 func (db *DB) committedLocked(began time.Time, marks int) {
 	db.stats.commitHist.record(time.Since(began), marks)
 	db.noteHighWater()
@@ -506,10 +455,8 @@ func (c *commitHistograms) snapshot() CommitHistograms {
 	return c.h
 }
 
-// lookupCounts are the counters a transaction moves: refused fenced writes
-// and Bloom filter answers. They are published once per decision, never
-// once per attempt: a group transaction that rolls back and runs again
-// would count them twice (see writeLocked and commitOpsLocked).
+// lookupCounts are the counters a transaction moves (refused fenced writes,
+// filter answers), published once per decision, never once per attempt.
 type lookupCounts struct {
 	fenced, bloomNegatives, bloomFalsePositives uint64
 }
@@ -532,11 +479,8 @@ func (s *statsCollector) addCounts(c lookupCounts) {
 	s.bloomFalsePositives.Add(c.bloomFalsePositives)
 }
 
-// countLookup counts one window look-up that the window's filter answered:
-// negative when it said "definitely not there", a false positive when it
-// let the look-up through and the window did not hold the key. A look-up
-// of the write transaction in progress is counted with that transaction's
-// outcome; any other (a read transaction's) at once.
+// countLookup counts one look-up the window's filter answered: negative, or
+// a false positive. A write transaction's count goes with its outcome.
 func (db *DB) countLookup(btx *bolt.Tx, negative bool) {
 	if btx.Writable() && db.current != nil {
 		if negative {

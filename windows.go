@@ -11,13 +11,9 @@ import (
 	"github.com/oncekv/oncekv/internal/windowset"
 )
 
-// loadWindows builds the in-memory list of live windows at Open. No step
-// reads the marks themselves: a window's mark count is its bucket's
-// sequence, and its filter comes from the file when the file can vouch for
-// it. A sealed window's filter was persisted when the window was sealed; the
-// newest window's, by the last clean Close (see loadNewestFilter). Only a
-// filter that is missing, damaged or stale is rebuilt by reading every key
-// of its window: slower, never wrong.
+// loadWindows builds the live windows at Open without reading any mark: a
+// window's count is its bucket's sequence, and its filter is loaded when
+// the file vouches for it, else rebuilt (docs/design/windows-and-filters.md).
 func (db *DB) loadWindows(tx *bolt.Tx) error {
 	exp, err := layout.ReadExpiry(tx)
 	if err != nil {
@@ -77,12 +73,9 @@ func (db *DB) loadWindows(tx *bolt.Tx) error {
 	return nil
 }
 
-// placeMark returns the window a new mark goes into at now. It runs in a
-// write transaction, and goes no earlier than a window that transaction
-// opened: opening it sealed the window before, whose filter is persisted
-// as it stands (see sealLocked), so a key that went there after would be
-// missing from it at the next Open. (LoadMarks places each mark at its own
-// time, in any order.)
+// placeMark returns the window a new mark goes into at now, in a write
+// transaction: never before a window this transaction opened, whose
+// predecessor it sealed.
 func (db *DB) placeMark(now time.Time) int64 {
 	start := db.live.Place(db.windowConfig, now.UnixNano())
 	if w := db.current; w != nil {
@@ -93,9 +86,8 @@ func (db *DB) placeMark(now time.Time) int64 {
 	return start
 }
 
-// learnLocked publishes what a committed transaction wrote: new windows,
-// mark counts, and every new key in its window's filter. It runs under
-// writeMu, after the commit and before the next writer.
+// learnLocked publishes what a committed transaction wrote (new windows,
+// mark counts, lease ends, new keys in the filters), under writeMu.
 func (db *DB) learnLocked(marked []markedKey) {
 	for _, m := range marked {
 		w := db.live.Find(m.window)
@@ -108,8 +100,8 @@ func (db *DB) learnLocked(marked []markedKey) {
 				}
 				f, err := db.newFilter(plan)
 				if err != nil {
-					// Options were validated, so this cannot happen; without
-					// a filter the window is simply always read.
+					// Cannot happen with validated Options; without a filter the
+					// window is always read.
 					db.log.Error("no Bloom filter for a new window", "err", err)
 				}
 				w.Filter = f
@@ -133,22 +125,11 @@ func (db *DB) learnLocked(marked []markedKey) {
 	}
 }
 
-// rewriteMark writes m, the new state of the key mkey whose mark was found
-// in window from, and returns the window it went into.
-//
-// A mark must outlive what it promises: an IN_PROGRESS mark its lease, and
-// a DONE or FAILED mark written now Retention from now (a claim that
-// completes late is deduplicated for Retention after it completed). When
-// from expires before that, the mark moves to the window a new mark would
-// go into now, which expires later than now+Retention: the newest window
-// or a newer one, never a sealed one, so that sealed windows still never
-// gain a key (see findMarkFrom). Its FirstSeen stays. The old window's
-// filter keeps the key: a false positive, never a false negative; the new
-// window's filter learns it after the commit.
-//
-// An IN_PROGRESS mark whose lease ends later than any before it in its
-// window also records that end (layout.PutLeaseEnd), and expiry keeps the
-// window until then: a lease longer than Retention still keeps its mark.
+// rewriteMark writes m, the new state of mkey's mark found in window from,
+// and returns the window it went into. A mark must outlive its lease, or
+// Retention from now for a final one: when from expires before that, the
+// mark moves to where a new mark would go now, never to a sealed window
+// (docs/design/windows-and-filters.md). Its FirstSeen stays.
 func (w *writeTx) rewriteMark(from int64, mkey []byte, m *layout.Mark) (int64, error) {
 	db := w.db
 	until := w.now.UnixNano() + int64(db.opts.Retention)
@@ -168,8 +149,8 @@ func (w *writeTx) rewriteMark(from int64, mkey []byte, m *layout.Mark) (int64, e
 	return to, w.putMarkLeased(to, mkey, m)
 }
 
-// putMarkLeased is putMark for a mark that may hold a lease: see
-// rewriteMark.
+// putMarkLeased is putMark that also records the window's lease end when
+// m's lease ends later than any before it, so that expiry keeps the window.
 func (w *writeTx) putMarkLeased(window int64, mkey []byte, m *layout.Mark) error {
 	if err := w.putMark(window, mkey, m); err != nil {
 		return err
@@ -181,8 +162,8 @@ func (w *writeTx) putMarkLeased(window int64, mkey []byte, m *layout.Mark) error
 	return layout.PutLeaseEnd(w.btx, window, m.LeaseUntil)
 }
 
-// latestLeaseEnd is the latest lease end recorded for window, this transaction's
-// included.
+// latestLeaseEnd is the latest lease end recorded for window, this
+// transaction's included.
 func (w *writeTx) latestLeaseEnd(window int64) int64 {
 	end := int64(math.MinInt64)
 	if l := w.db.live.Find(window); l != nil {
@@ -196,12 +177,8 @@ func (w *writeTx) latestLeaseEnd(window int64) int64 {
 	return end
 }
 
-// unlearnLocked takes the marks a committed transaction deleted off their
-// windows' counts. It runs under writeMu, like learnLocked, so a count
-// always equals the marks its window holds in the last commit: each
-// decrement is for a mark that existed and was counted, and no count can go
-// below zero. (A window expired meanwhile is no longer in the set, and
-// nobody counts its marks any more.)
+// unlearnLocked takes a committed transaction's deleted marks off their
+// windows' counts, under writeMu, so a count never goes below zero.
 func (db *DB) unlearnLocked(windows []int64) {
 	for _, start := range windows {
 		if w := db.live.Find(start); w != nil {

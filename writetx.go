@@ -14,10 +14,9 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// writeTx is one of oncekv's write transactions, with what it changed in the
-// marks, so that in-memory state learns it only once the commit succeeded.
-// With group commit a transaction can roll back and run again, so anything
-// learned earlier could be wrong.
+// writeTx is one write transaction and what it changed in the marks, which
+// the in-memory state learns only after the commit: a group transaction may
+// roll back and run again.
 type writeTx struct {
 	db  *DB
 	btx *bolt.Tx
@@ -25,43 +24,34 @@ type writeTx struct {
 	now time.Time // one reading of the monotonic clock for the whole transaction
 	// marked lists the marks written, in order.
 	marked []markedKey
-	// written holds the hashes of the keys in marked, for findMark, once
-	// there are more than scanMarked of them; wrote scans fewer.
+	// written indexes marked by hash once it holds more than scanMarked.
 	written map[uint64]struct{}
 	// opened lists windows this transaction created.
 	opened map[int64]bool
 	// unmarked lists the windows of the marks deleted, one entry per mark.
 	unmarked []int64
-	// pinned are the hashes of the keys whose existing mark this
-	// transaction overwrote or deleted, kept out of the duplicate cache
-	// until it has ended (see pin); finals are the final marks it wrote,
-	// for the cache once it has committed (see cacheFinalsLocked).
+	// pinned are the keys kept out of the duplicate cache until w ends (see
+	// pin); finals, the final marks to cache after the commit.
 	pinned []uint64
 	finals []finalMark
-	// bloomNegatives and bloomFalsePositives count the look-ups of this
-	// transaction, published with its outcome (see lookupCounts).
+	// bloomNegatives and bloomFalsePositives count w's filter answers.
 	bloomNegatives, bloomFalsePositives uint64
 	// clockSaved: this transaction saves the store's clock (saveClockLocked).
 	clockSaved bool
-	// hooks are OnCommit's, for the caller of write; owner is the op whose
-	// effect is running, which gets its own (see Tx.OnCommit).
+	// hooks are OnCommit's, for write's caller; owner is the op whose effect
+	// is running, which gets its own.
 	hooks []func()
 	owner *op
-	// txv and markedBuf are tx and the start of marked, allocated with w,
-	// so that a commit of one request allocates neither on its own.
+	// txv and markedBuf spare a one-request commit two allocations.
 	txv       Tx
 	markedBuf [1]markedKey
 }
 
-// scanMarked is the most marks of a transaction that wrote looks through
-// one by one; past it, they are indexed by hash in writeTx.written.
+// scanMarked is the most marks wrote scans one by one.
 const scanMarked = 8
 
-// writeLock is the store's write lock, held around every write
-// transaction. It is a one-slot semaphore rather than a sync.Mutex so that
-// a caller can stop waiting for it when its context ends: a request queued
-// behind a slow effect returns its context's error instead of waiting out
-// the effect.
+// writeLock is the store's write lock: a one-slot semaphore, so that a
+// caller can stop waiting when its context ends.
 type writeLock chan struct{}
 
 func newWriteLock() writeLock { return make(writeLock, 1) }
@@ -98,8 +88,9 @@ func (db *DB) write(fn func(w *writeTx) error) error {
 	return db.writeLocked(fn)
 }
 
-// writeLocked is write for a caller that holds writeMu. It is the only way
-// oncekv writes: every write transaction goes through it.
+// writeLocked is write for a caller holding writeMu: every write
+// transaction of oncekv goes through it. In-memory state learns what it
+// wrote after the commit, under writeMu; a failed commit may poison the DB.
 func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	if db.opts.ReadOnly {
 		return ErrReadOnly
@@ -111,15 +102,14 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	var fnErr error
 	txid := 0 // read inside: a closed bbolt Tx reports ID -1
 	defer func() {
-		// Deferred, so that the keys are unpinned however the transaction
-		// ended: committed, rolled back, or left by a runtime.Goexit.
+		// Unpinned however the transaction ended, runtime.Goexit included.
 		if w != nil {
 			db.dups.Unpin(w.pinned)
 		}
 	}()
 	began := time.Now()
-	// guard: a damaged page makes bbolt panic; the caller gets ErrCorrupt
-	// (and, as for any commit that did not finish, the DB is poisoned).
+	// guard: a damaged page makes bbolt panic; the caller gets ErrCorrupt,
+	// and the DB is poisoned as for any commit that did not finish.
 	err := db.guard(func() error {
 		return db.bolt.Update(func(btx *bolt.Tx) error {
 			txid = btx.ID()
@@ -146,10 +136,8 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 		})
 	})
 	if w != nil && fnErr != errRetry { // compared, not errors.Is: fnErr may be the caller's error, whose methods are not ours to call here
-		// Refused fenced writes and filter answers count whether or not the
-		// transaction committed: they happened either way, and this was its
-		// one and only run. A group transaction that rolls back to run again
-		// (errRetry) counts only the op that failed (commitOpsLocked).
+		// Counted whether or not it committed: this was its only run. A
+		// rolled-back group attempt counts only its failed op.
 		db.stats.addCounts(w.counts())
 	}
 	if err != nil {
@@ -171,26 +159,11 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	return nil
 }
 
-// commitFailedLocked decides what a failed bbolt commit of transaction txid
-// leaves behind, and returns the error for the caller.
-//
-// bbolt rolls the transaction back in memory, but that does not undo what
-// already reached the file: if the meta page was written and only its
-// fdatasync failed, the transaction is visible through the mmap to every
-// later reader, and may or may not be durable (after a failed fsync, Linux
-// may have dropped the dirty pages, so a retry of the fsync proves
-// nothing). The in-memory Bloom filters did not learn its keys, so a later
-// write could miss its marks and run an effect twice. The only safe course
-// is to refuse every further write until the file is reopened, which
-// rebuilds all in-memory state from what is really there: the DB is
-// poisoned. Reads keep working.
-//
-// One failure is left recoverable, because it is the common one and
-// provably harmless: ENOSPC from writing the transaction's pages, before
-// its meta page was written (the newest visible transaction is still the
-// one before). Those pages are free pages that nothing refers to, so the
-// store is exactly as before the call and writes resume once space is
-// freed.
+// commitFailedLocked returns the error of transaction txid's failed bbolt
+// commit. The transaction may be visible and durable or not, so the DB is
+// poisoned: writes are refused until reopened. ENOSPC while writing pages,
+// before the transaction became visible, left nothing and returns
+// ErrNoSpace instead (docs/design/poisoning-and-enospc.md).
 func (db *DB) commitFailedLocked(txid int, err error) error {
 	var pe *fs.PathError
 	pageWrite := errors.As(err, &pe) && pe.Op == "write"
@@ -208,8 +181,8 @@ func (db *DB) commitFailedLocked(txid int, err error) error {
 	return db.poisoned
 }
 
-// crashPoint names a place on the write path where the crash tests kill
-// the process (see DB.crashHook).
+// crashPoint is a place on the write path where the crash tests kill the
+// process (DB.crashHook).
 type crashPoint uint8
 
 const (
@@ -220,8 +193,7 @@ const (
 	crashAfterCommit                        // committed, before the caller hears of it
 )
 
-// crashAt calls the crash tests' hook, if any. In production it is one nil
-// check per point.
+// crashAt calls the crash tests' hook, if any.
 func (db *DB) crashAt(p crashPoint) {
 	if db.crashHook != nil {
 		db.crashHook(p)
@@ -267,8 +239,8 @@ func (w *writeTx) putMark(window int64, mkey []byte, m *layout.Mark) error {
 	return nil
 }
 
-// deleteMark deletes the mark of mkey from window, if there is one; the
-// window's mark count follows once the transaction has committed.
+// deleteMark deletes mkey's mark from window, if any; the window's count
+// follows after the commit.
 func (w *writeTx) deleteMark(window int64, mkey []byte) error {
 	deleted, err := layout.DeleteMark(w.btx, window, mkey)
 	if err != nil {
@@ -286,8 +258,7 @@ func (w *writeTx) wrote(mkey []byte) bool {
 	return len(w.marked) > 0 && w.wroteHash(bloom.Sum64(mkey))
 }
 
-// wroteHash is wrote for a mark key hashed h (bloom.Sum64): the marks are
-// scanned while they are few, looked up in written past that.
+// wroteHash is wrote for a mark key hashed h (bloom.Sum64).
 func (w *writeTx) wroteHash(h uint64) bool {
 	if w.written != nil {
 		_, ok := w.written[h]

@@ -34,11 +34,8 @@ func init() {
 // a writable transaction.
 //
 // On top of them, a key may carry a fence and a version (see PutFenced and
-// PutIfVersion), where no user call can reach them. A bucket created now
-// keeps them in a header in front of the value, which no read returns, so
-// that a fenced write reads and writes one B-tree; a bucket created before
-// fence headers existed (or created again after a delete that left its
-// keys' fences behind) keeps them in the system bucket of fences.
+// PutIfVersion), kept where no user call can reach them (see the package
+// documentation).
 type Bucket struct {
 	b    *bolt.Bucket
 	name []byte
