@@ -2,6 +2,7 @@ package oncekv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 
@@ -50,7 +51,7 @@ func (tx *Tx) lookup(req *Request) (*op, *layout.FoundMark, error) {
 		return nil, nil, err
 	}
 	w := tx.w
-	o, err := w.db.newOp(nil, req, nil)
+	o, err := w.db.newOp(context.Background(), req, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -122,7 +122,7 @@ func TestKeysFenced(t *testing.T) {
 		require.Equal(t, fencestore.Record{Fence: math.MaxUint64, Version: 2}, r)
 
 		// Another user bucket's keys are apart.
-		r, ok, err = fencestore.OpenKeys(root, []byte("b2")).Get(k)
+		_, ok, err = fencestore.OpenKeys(root, []byte("b2")).Get(k)
 		require.NoError(t, err)
 		require.False(t, ok)
 		return nil

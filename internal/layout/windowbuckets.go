@@ -69,7 +69,7 @@ func ForEachWindow(tx *bolt.Tx, newestFirst bool, fn func(start int64, w *bolt.B
 	c := tx.Cursor()
 	var name, v []byte
 	if newestFirst {
-		name, v = c.Seek(windowsEnd)
+		name, _ = c.Seek(windowsEnd)
 		if name == nil {
 			name, v = c.Last()
 		} else {
