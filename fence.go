@@ -11,8 +11,8 @@ import (
 // issued for it before, by any process: each resource counts from 1. It is
 // committed before NextFence returns (durable unless Options.NoSync), so
 // never issued twice. Pass it to Bucket.PutFenced, here or in any store
-// that checks fences. Errors, each naming the resource: ErrResourceRequired,
-// ErrKeyTooLarge, ErrClosed.
+// that checks fences. Errors: ErrClosed; and, naming the resource,
+// ErrResourceRequired, ErrKeyTooLarge, ErrReadOnly, a failed commit's.
 func (db *DB) NextFence(resource string) (uint64, error) {
 	if !db.life.enter() {
 		return 0, ErrClosed
