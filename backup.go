@@ -10,19 +10,11 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Backup writes a copy of the whole store (user buckets, marks, fences,
-// everything) to w, as one consistent snapshot: a read transaction, so
-// writers carry on meanwhile and the copy holds each of their commits
-// whole or not at all. It returns the number of bytes written. The copy is
-// an oncekv file: Open it to restore. Claims in progress in the copy belong
-// to no process when it is opened, and are released then (see
-// Options.KeepOrphanedClaims).
-//
-// The read transaction lasts as long as w takes; like any long read it
-// keeps bbolt from reusing the pages writers free meanwhile, so the live
-// file may grow during a slow backup.
-//
-// Errors: w's error; ErrClosed after Close.
+// Backup writes a consistent copy of the whole store to w, from one read
+// transaction (writers carry on), and returns the bytes written. The copy
+// is an oncekv file: Open it to restore; its claims in progress are then
+// orphans (Options.KeepOrphanedClaims). A slow w keeps bbolt from reusing
+// freed pages meanwhile, so the live file may grow. Errors: w's, ErrClosed.
 func (db *DB) Backup(w io.Writer) (int64, error) {
 	if !db.life.enter() {
 		return 0, ErrClosed
@@ -37,21 +29,16 @@ func (db *DB) Backup(w io.Writer) (int64, error) {
 		})
 	})
 	if uw.err != nil {
-		// bbolt flattens the writer's error into a string; give the caller
-		// the error itself, for errors.Is.
+		// bbolt flattens w's error into a string: return it for errors.Is.
 		err = fmt.Errorf("oncekv: backup: %w", uw.err)
 	}
 	return n, err
 }
 
-// BackupFile writes a Backup to path, safely: into a temporary file in the
-// same directory, fsynced, then renamed over path, and the directory
-// synced. A crash midway leaves path as it was (and perhaps a stray
-// temporary file), never a partial copy under path's name.
-//
-// A path that is the store's own file is refused with an error matching
-// fs.ErrExist: the rename would put the copy in place of the live file
-// under the running store.
+// BackupFile writes a Backup to a temporary file beside path, fsyncs it,
+// renames it over path and syncs the directory: a crash leaves path as it
+// was, never a partial copy. The store's own file is refused with an error
+// matching fs.ErrExist.
 func (db *DB) BackupFile(path string) (n int64, err error) {
 	if target, serr := os.Stat(path); serr == nil {
 		if self, serr := os.Stat(db.path); serr == nil && os.SameFile(target, self) {
@@ -88,20 +75,8 @@ func (db *DB) BackupFile(path string) (n int64, err error) {
 	return n, syncDir(dir)
 }
 
-// trimmed wraps err so that its message loses a leading "oncekv: ", for an
-// error about to be wrapped in one that says it already; errors.Is still
-// sees err.
-func trimmed(err error) error { return &trimmedError{err} }
-
-type trimmedError struct{ err error }
-
-func (e *trimmedError) Error() string { return trimPrefix(e.err) }
-func (e *trimmedError) Unwrap() error { return e.err }
-
-// userWriter is the caller's writer, called from inside bbolt: a panic in
-// it is the caller's, and guard raises it again rather than take it for a
-// damaged file.
-// It keeps the first error w returned.
+// userWriter is the caller's writer, called inside bbolt: guard raises its
+// panic again. It keeps w's first error.
 type userWriter struct {
 	w   io.Writer
 	err error

@@ -10,28 +10,18 @@ import (
 
 	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/base"
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // Check verifies the whole file, for an operator after a power cut or a
-// disk error, and calls fn with every problem it finds, one at a time, until
-// fn returns an error, which Check returns. It checks:
-//
-//   - bbolt's structure (its Tx.Check: pages, freelist, reachability);
-//     each problem wraps ErrCorrupt;
-//   - every system record: the format, window span and expiry records,
-//     every window's marks, the persisted Bloom filters, the lease ends and
-//     the fences. Each record's checksum is verified and its body decoded;
-//     each problem is a *RecordError naming the bucket and the key, and
-//     matches ErrCorrupt.
-//
-// User buckets hold the caller's bytes, which carry no checksum, and are
-// checked by bbolt's part, and for the header that carries each key's
-// fence and version in front of its value, which is decoded like a record. Check writes nothing and works on a
-// read-only DB; it reads every page in one read transaction, so it takes
-// time in proportion to the file, and fn must not call other DB methods.
-// A file with no problem calls fn never and returns nil.
+// disk error, calling fn with each problem until fn returns an error, which
+// Check returns: bbolt's structure (each problem wraps ErrCorrupt), then
+// every system record (format, span, expiry, marks, persisted filters,
+// lease ends, fences) and every user value's fence header, each problem a
+// *RecordError naming bucket and key. It writes nothing, works read-only,
+// reads every page in one read transaction, and fn must not call other DB
+// methods. A sound file never calls fn.
 func (db *DB) Check(fn func(problem error) error) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -40,9 +30,8 @@ func (db *DB) Check(fn func(problem error) error) error {
 	report := func(err error) error { return callUser(func() error { return fn(err) }) }
 	return db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
-			// bbolt's checker reads pages on its own goroutine until it has
-			// sent every problem: drain it on every way out (fn's error or
-			// panic included), so that it never outlives the transaction.
+			// Drain bbolt's checker on every way out, so it never outlives the
+			// transaction.
 			problems := btx.Check()
 			defer func() {
 				for range problems {
@@ -80,7 +69,7 @@ func checkMeta(btx *bolt.Tx, report func(error) error) error {
 }
 
 // checkWindows decodes every mark of every window, expired ones still on
-// disk included: Expire will read their keys to delete them.
+// disk included.
 func checkWindows(btx *bolt.Tx, report func(error) error) error {
 	return layout.ForEachWindow(btx, false, func(start int64, w *bolt.Bucket) error {
 		return w.ForEach(func(k, _ []byte) error {
@@ -98,8 +87,7 @@ func checkWindows(btx *bolt.Tx, report func(error) error) error {
 	})
 }
 
-// checkFilters decodes every persisted Bloom filter, checksum included: the
-// sealed windows' and the one a clean Close left for the newest window.
+// checkFilters decodes every persisted Bloom filter.
 func checkFilters(btx *bolt.Tx, report func(error) error) error {
 	decode := func(v []byte) error {
 		_, err := bloom.Decode(v)
@@ -120,8 +108,7 @@ func checkLeases(btx *bolt.Tx, report func(error) error) error {
 }
 
 // forEachWindowRecord runs decode on every value of the system bucket name,
-// whose keys are window starts, and reports each one that fails. A missing
-// bucket is no problem: files made before it existed lack it.
+// keyed by window start, reporting each failure; a missing bucket is fine.
 func forEachWindowRecord(btx *bolt.Tx, name []byte, report func(error) error, decode func(v []byte) error) error {
 	b := btx.Bucket(name)
 	if b == nil {
@@ -147,7 +134,7 @@ func checkFences(btx *bolt.Tx, report func(error) error) error {
 	if b == nil {
 		return nil // layout.Check has reported it
 	}
-	return fences.Check(b, func(e *fences.RecordError) error {
+	return fencestore.Check(b, func(e *fencestore.RecordError) error {
 		name := string(layout.FencesRoot)
 		if e.Bucket != nil {
 			name += "/" + string(e.Bucket)
@@ -156,8 +143,8 @@ func checkFences(btx *bolt.Tx, report func(error) error) error {
 	})
 }
 
-// checkFenceHeaders decodes the fence header of every value of every user
-// bucket that keeps fences in headers.
+// checkFenceHeaders decodes the fence header of every user value that has
+// one.
 func checkFenceHeaders(btx *bolt.Tx, report func(error) error) error {
 	return layout.ForEachUserBucket(btx, func(name []byte) error { return base.Buckets.Check(btx, name, report) })
 }

@@ -16,49 +16,17 @@ import (
 )
 
 // Claim is the two-phase form of Apply, for an effect that cannot join the
-// store's transaction: a call to a payment gateway, an e-mail. DB.Claim
-// marks the key IN_PROGRESS under a lease and a fencing token; the holder
-// does the external work and then records the outcome with Complete or
-// Fail:
+// store's transaction (a payment gateway, an e-mail): DB.Claim marks the key
+// IN_PROGRESS under a lease and a fencing token, the holder does the
+// external work, then records the outcome with Complete or Fail (see
+// ExampleDB_Claim). Hand the external system both Key, to deduplicate on,
+// and Token, to fence with; never the token as the key.
 //
-//	c, err := db.Claim(ctx, req, 30*time.Second)
-//	if err != nil {
-//		return err // ErrInProgress: another worker holds it; retry later
-//	}
-//	if c.Done() {
-//		return reply(c.Result()) // a duplicate: the stored response
-//	}
-//	receipt, err := gateway.Charge(ctx, order, c.Key(), c.Token())
-//	if err != nil {
-//		return c.Fail(ctx, err) // released at once, unless Permanent(err)
-//	}
-//	res, err := c.Complete(ctx, receipt, nil)
-//
-// The external system gets two values, each for its own job:
-//
-//   - Key, the idempotency key: the same for every claim of the request's
-//     (Handler, Key), across retries, takeovers and restarts. The external
-//     system deduplicates on it. A worker killed after the external call and
-//     before Complete is taken over by another, which calls again with the
-//     same Key, and the external system answers with what it did the first
-//     time instead of doing it twice.
-//   - Token, the fencing token: new and greater at every takeover. The
-//     external system may refuse a token lower than one it has seen for the
-//     Key, which cuts off a zombie that wakes up after its lease. A token
-//     never serves as the idempotency key: the retry after a takeover
-//     carries a new one, and would look like a new operation.
-//
-// A worker that crashes or stalls past its lease needs no operator: once the
-// lease has run out, the next Claim of the key takes it over with a
-// strictly greater token (or the next Apply runs the effect itself). From
-// then on the old holder's Extend, Complete and Fail return ErrFenced and
-// change nothing, so a zombie that wakes up after a GC pause cannot record
-// its late result over the new holder's. Within its lease the holder is
-// safe from takeover; past it, it still completes normally as long as
-// nobody has taken over: the token, not the clock, decides.
-//
-// A Claim is safe for concurrent use (a heartbeat goroutine may Extend it
-// while another completes it); its operations run one at a time.
+// Once the lease has run out, the next Claim (or Apply) of the key takes it
+// over with a greater token, and the old holder's Extend, Complete and Fail
+// return ErrFenced and change nothing: the token, not the clock, decides
+// (docs/design/claims.md). A Claim is safe for concurrent use; its
+// operations run one at a time.
 type Claim struct {
 	db   *DB
 	req  Request // Handler and Key only, for errors and counters
@@ -84,34 +52,19 @@ const (
 	claimReleased            // this claim let the key go after a transient failure
 )
 
-// releasedLease is the lease deadline of a released claim: expired
-// whatever the clock says, even a clock that jumped backwards, so a retry
-// can take the key over at once.
+// releasedLease is a released claim's lease end: expired whatever the clock.
 const releasedLease = math.MinInt64
 
-// Claim claims req's key for an effect outside the store, for lease.
+// Claim claims req's key for lease. A free key, or one whose claim's lease
+// ran out or was released, is marked IN_PROGRESS with a fresh token, greater
+// than every token issued before, in one commit shared with concurrent
+// calls; the Claim returned holds the key. A DONE key returns a Claim whose
+// Done is true and Result the stored one, from a read transaction; a
+// FAILED key returns its *FailedError.
 //
-// When the key is free, or held by a claim whose lease has run out (or that
-// was released), it writes the key's mark IN_PROGRESS, with the lease's end
-// and a fresh fencing token, in one durable write transaction (shared with
-// concurrent calls, as Apply's group commit), and returns a claim that
-// holds the key. Tokens come from one counter for the whole
-// store: each is strictly greater than every token issued before it, across
-// restarts, so a takeover always gets a greater token than the holder it
-// replaces.
-//
-// When the key is already DONE, it returns a claim whose Done is true and
-// whose Result is the stored one, with Duplicate set; that path is a read
-// transaction, without the write lock or an fsync. When the key FAILED
-// permanently, it returns the recorded failure, a *FailedError, as Apply
-// does.
-//
-// Errors: ErrInProgress while another claim's lease is live (never waits;
-// an *InProgressError says until when);
-// ErrKeyReuse when the key was first used with another payload;
-// ErrInvalidLease for a lease that is not positive; ctx's error when ctx is
-// done before the commit; ErrClosed after Close; and the bad input errors of
-// Apply. Each comes wrapped in a *RequestError naming the handler and key.
+// Errors, each in a *RequestError: ErrInProgress (an *InProgressError,
+// never waiting), ErrKeyReuse, ErrInvalidLease, ctx's error, ErrClosed, and
+// the bad input errors of Apply.
 func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Claim, error) {
 	if !db.life.enter() {
 		return nil, ErrClosed
@@ -131,8 +84,8 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 	}
 	c := &Claim{db: db, req: Request{Handler: req.Handler, Key: req.Key}, mkey: o.mkey, key: claimKey(o.mkey)}
 	if !db.answerFromSnapshot([]*op{o}) {
-		// A step that answered from the mark leaves its kind set; a taken
-		// claim leaves it outcomeNone.
+		// A step answered from the mark leaves its kind set; a taken claim,
+		// outcomeNone.
 		if db.commitStep(o, func(w *writeTx) error { return c.take(w, o, lease) }) == nil && o.kind == outcomeNone {
 			db.crashAt(crashClaimTaken)
 		}
@@ -152,27 +105,23 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 	return c, nil
 }
 
-// errAnswered ends a claim's step that wrote nothing because the mark,
-// read again under the write lock, already answered the request (o holds
-// the answer).
+// errAnswered ends a claim's step answered by the mark read again under
+// the write lock (o holds the answer).
 var errAnswered = errors.New("oncekv: answered from the mark")
 
 // errUserExit ends the step of a Complete whose effect panicked or called
-// runtime.Goexit; commitStep raises either again in Complete's caller.
+// runtime.Goexit; commitStep raises either again.
 var errUserExit = errors.New("oncekv: the effect panicked or called runtime.Goexit")
 
 // commitStep runs step, a claim's write, through the group commit as o's,
-// so that concurrent claims share commits (and fsyncs) with each other and
-// with Apply. It returns o's error once o is settled, after raising again,
-// in the caller's goroutine, a panic or a runtime.Goexit of Complete's
-// effect.
+// and returns o's error once settled, after raising again a panic or
+// runtime.Goexit of Complete's effect.
 func (db *DB) commitStep(o *op, step func(w *writeTx) error) error {
 	o.step = step
 	db.group.submit(o)
 	if o.panicVal != nil || o.goexit {
-		// Complete's effect: an effect error, as for Apply (see finish).
-		// A runtime.Goexit on this goroutine never gets here: runEffect
-		// counted it.
+		// Complete's effect: an effect error (a Goexit of this goroutine
+		// never gets here: runEffect counted it).
 		db.stats.count(o.req.Handler, outcomeEffectError)
 	}
 	if o.panicVal != nil {
@@ -184,11 +133,8 @@ func (db *DB) commitStep(o *op, step func(w *writeTx) error) error {
 	return o.err
 }
 
-// decideStep runs o's step in w, for decideOne. Like Apply's ops, a step
-// that succeeded (or answered from the mark) stays tentative until the
-// commit; one that failed is settled with its error, and reported for undo,
-// since it may have written part of its change: the transaction then runs
-// again without it.
+// decideStep runs o's step in w, for decideOne: a step that failed is
+// settled and reported for undo, as it may have written part of its change.
 func decideStep(w *writeTx, o *op) (undo bool) {
 	o.res, o.err, o.kind = Result{}, nil, outcomeNone
 	if err := o.ctx.Err(); err != nil {
@@ -207,8 +153,7 @@ func decideStep(w *writeTx, o *op) (undo bool) {
 }
 
 // take claims the key in w, unless its mark, read again under the write
-// lock, answers o: a concurrent writer may have claimed or applied it since
-// the snapshot.
+// lock, answers o.
 func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
 	found, err := c.db.findMark(w.btx, o.mkey)
 	if err != nil {
@@ -227,14 +172,13 @@ func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
 	mark := layout.Mark{
 		State:       layout.InProgress,
 		PayloadHash: o.hash,
-		LeaseUntil:  leaseEnd(w.now, lease),
+		LeaseUntil:  leaseDeadline(w.now, lease),
 		Token:       token,
 		FirstSeen:   w.now.UnixNano(),
 	}
 	if found != nil {
-		// Taking over an expired or released claim: the mark stays in the
-		// window where the key was first seen, unless it would expire there
-		// before the new lease ends.
+		// Taking over: the mark stays in its window unless it would expire
+		// there before the new lease ends.
 		mark.FirstSeen = found.FirstSeen
 		_, err = w.rewriteMark(found.Window, o.mkey, &mark)
 	} else {
@@ -248,9 +192,8 @@ func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
 	return nil
 }
 
-// leaseEnd is now+lease in Unix nanoseconds, saturated rather than wrapped
-// around: an overflow would make a huge lease already expired.
-func leaseEnd(now time.Time, lease time.Duration) int64 {
+// leaseDeadline is now+lease in Unix nanoseconds, saturated, not wrapped.
+func leaseDeadline(now time.Time, lease time.Duration) int64 {
 	n := now.UnixNano()
 	if n > 0 && int64(lease) > math.MaxInt64-n {
 		return math.MaxInt64
@@ -258,15 +201,10 @@ func leaseEnd(now time.Time, lease time.Duration) int64 {
 	return n + int64(lease)
 }
 
-// Key returns the idempotency key to hand the external system with the
-// call: 64 lowercase hex digits, the SHA-256 of the request's Handler and
-// Key (length-prefixed, so no two pairs share one). It is the same for
-// every claim of (Handler, Key): in every worker and process, before and
-// after a takeover, across restarts, and for a claim whose key was already
-// done; and it differs between pairs. The external system deduplicates on
-// it, so a call repeated after a worker died between the call and Complete
-// does nothing twice. Its fixed length and alphabet fit what gateways
-// accept as an idempotency key (Stripe takes up to 255 characters).
+// Key returns the idempotency key to hand the external system: 64 lowercase
+// hex digits, the SHA-256 of the length-prefixed Handler and Key. It is the
+// same for every claim of (Handler, Key), in every process, across
+// takeovers and restarts, and differs between pairs.
 func (c *Claim) Key() string {
 	if c == nil {
 		return ""
@@ -280,13 +218,10 @@ func claimKey(mkey []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Token returns the claim's fencing token: unique in the store, and
-// strictly greater than the token of any claim of the key before it. Hand
-// it to the external system as a fence it checks for the claim's Key (or
-// to Bucket.PutFenced): it refuses a zombie's late call. Never use it as
-// the idempotency key: a takeover mints a new one, so the far side would
-// take the retry for a new operation (use Key). It is 0 for a claim whose
-// key was already done.
+// Token returns the claim's fencing token, strictly greater than any
+// earlier claim's of the key, for the external system (or Bucket.PutFenced)
+// to refuse a zombie's late call; 0 for a claim whose key was done. Never
+// the idempotency key: a takeover mints a new one.
 func (c *Claim) Token() uint64 {
 	if c == nil {
 		return 0
@@ -296,9 +231,8 @@ func (c *Claim) Token() uint64 {
 	return c.mu.token
 }
 
-// Done reports whether the key is done: it was already DONE when claimed (a
-// duplicate; do not run the effect), or this claim has completed it.
-// Result then holds the stored result.
+// Done reports whether the key is done: DONE when claimed (do not run the
+// effect), or completed by this claim. Result then holds the stored result.
 func (c *Claim) Done() bool {
 	if c == nil {
 		return false
@@ -321,9 +255,8 @@ func (c *Claim) Result() Result {
 	return res
 }
 
-// LeaseUntil returns when the claim's lease runs out, as of its last Claim
-// or Extend; the zero time once the claim no longer holds the key. External
-// work still running then may be taken over, and should stop or Extend.
+// LeaseUntil returns when the lease runs out, as of the last Claim or
+// Extend; the zero time once the claim no longer holds the key.
 func (c *Claim) LeaseUntil() time.Time {
 	if c == nil {
 		return time.Time{}
@@ -336,12 +269,9 @@ func (c *Claim) LeaseUntil() time.Time {
 	return c.mu.leaseUntil
 }
 
-// Extend moves the end of the lease to lease from now (which may also
-// shorten it), for a holder whose external work takes longer than planned.
-//
-// Errors: ErrFenced once another worker has taken the key over (nothing is
-// changed; give up the work); ErrClaimDone after Complete or Fail;
-// ErrInvalidLease for a lease that is not positive; ctx's error; ErrClosed.
+// Extend moves the lease's end to lease from now (it may also shorten it).
+// Errors: ErrFenced once the key was taken over (give up the work),
+// ErrClaimDone, ErrInvalidLease, ctx's error, ErrClosed.
 func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 	var bad error
 	if lease <= 0 {
@@ -351,7 +281,7 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 		var until int64
 		err := c.updateLocked(ctx, outcomeNone, bad, nil, func(w *writeTx, _ *op, m *layout.FoundMark) error {
 			mark := m.Mark
-			mark.LeaseUntil = leaseEnd(w.now, lease)
+			mark.LeaseUntil = leaseDeadline(w.now, lease)
 			until = mark.LeaseUntil
 			_, err := w.rewriteMark(m.Window, c.mkey, &mark)
 			return err
@@ -363,33 +293,16 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 	}))
 }
 
-// Complete records the key DONE with response, which every duplicate gets
-// back from then on, and returns the result. effect, when not nil, runs in
-// the same write transaction on the user buckets, so its writes and the
-// DONE mark commit together or not at all: the local half of the work
-// (marking the order paid, keeping the gateway's receipt).
+// Complete records the key DONE with response, returned to every duplicate
+// from then on. effect, when not nil, runs in the same transaction, so its
+// writes and the mark commit together. An effect error writes nothing and
+// the claim keeps the key; one wrapped with Permanent records FAILED and
+// returns a *FailedError. A panic or runtime.Goexit of effect writes nothing
+// and goes on in the caller. As Apply's, effect may run more than once.
 //
-// If effect returns an error, nothing is written, the claim still holds the
-// key, and the error is returned: call Complete again, or Fail. If the error
-// is wrapped with Permanent, the key is recorded FAILED instead, as Apply
-// would, and a *FailedError is returned.
-//
-// If effect panics, the panic is raised again in the caller; if it calls
-// runtime.Goexit, the caller exits. Either way nothing is written and the
-// claim still holds the key.
-//
-// Concurrent Completes (and Claims, Extends, Fails and Apply calls) share
-// commits, as Apply's do, so effect runs on a goroutine of oncekv's and,
-// as Apply's effect, may run more than once: when another call of the same
-// commit fails, the commit runs again without it. Only the run that
-// commits leaves changes, so effect must change nothing outside tx.
-//
-// Errors: ErrFenced once another worker has taken the key over (nothing is
-// changed, effect does not run); ErrClaimDone when the claim was done
-// already (Done, or after Complete or Fail); ErrResponseTooLarge when
-// response is larger than a mark can hold (nothing is changed, effect does
-// not run, the claim still holds the key); ctx's error when ctx was done
-// before the commit, including while waiting for the write lock; ErrClosed.
+// Errors: ErrFenced (effect does not run), ErrClaimDone,
+// ErrResponseTooLarge (nothing written, the claim keeps the key), ctx's
+// error, ErrClosed.
 func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *Tx) error) (Result, error) {
 	var res Result
 	var done *op
@@ -405,7 +318,6 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *T
 			return err
 		})
 		if IsPermanent(err) {
-			// The effect failed for good: record that, as Apply would.
 			if ferr := c.failLocked(ctx, err); ferr != nil {
 				return ferr
 			}
@@ -424,31 +336,19 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *T
 	return res, c.wrap(err)
 }
 
-// Fail ends the claim after the external work failed, by err's kind:
-//
-//   - Permanent(err): no retry can fix it (a 400 or 422 from upstream). The
-//     key is recorded FAILED with err's message, and every later Claim or
-//     Apply of it gets a *FailedError back.
-//   - any other error, nil included: the failure may pass (a timeout, a
-//     503). The key is released at once, not when the lease would have
-//     run out, so an immediate retry can claim or apply it; it stays bound
-//     to its payload.
-//
-// Fail returns nil once the failure is recorded or the key released. err
-// is looked into (errors.As for Permanent, Error for the message) on the
-// caller's goroutine: if that panics, Fail panics and changes nothing.
-// Errors: ErrFenced once another worker has taken the key over (nothing is
-// changed); ErrClaimDone after Complete or Fail; ErrResponseTooLarge for a
-// permanent error whose message is larger than a mark can hold (nothing is
-// changed); ctx's error; ErrClosed.
+// Fail ends the claim after the external work failed: Permanent(err)
+// records the key FAILED with err's message; any other err, nil included,
+// releases the key at once for a retry. err's methods run on the caller's
+// goroutine: a panic there changes nothing. Errors: ErrFenced, ErrClaimDone,
+// ErrResponseTooLarge for a permanent error's message, ctx's error,
+// ErrClosed.
 func (c *Claim) Fail(ctx context.Context, err error) error {
 	return c.wrap(c.run(func() error { return c.failLocked(ctx, err) }))
 }
 
 func (c *Claim) failLocked(ctx context.Context, cause error) error {
-	// Look into the caller's error here, on the caller's goroutine and
-	// outside the transaction: a panic in its methods is the caller's own,
-	// and c.mu and the write lock are released by defers.
+	// The caller's error is looked into here, outside the transaction: a
+	// panic in its methods is the caller's own.
 	permanent := IsPermanent(cause)
 	kind := outcomeEffectError
 	var msg string
@@ -478,13 +378,10 @@ func (c *Claim) failLocked(ctx context.Context, cause error) error {
 	return err
 }
 
-// effectError carries an error of Complete's effect out of the
-// transaction, so it is told apart from the store's own errors.
+// effectError carries an error of Complete's effect out of the transaction.
 type effectError struct{ err error }
 
-// stepEffect runs o's effect, if any, in w (see runEffect: on a goroutine
-// of its own when o shares its commit, its panic or Goexit recorded in o,
-// its OnCommit hooks in o.hooks).
+// stepEffect runs o's effect, if any, in w, as runEffect does for Apply.
 func (db *DB) stepEffect(w *writeTx, o *op) error {
 	if o.effect == nil {
 		return nil
@@ -517,16 +414,11 @@ func (c *Claim) run(fn func() error) error {
 	return fn()
 }
 
-// updateLocked runs fn on the key's mark in a write transaction, if c still
-// holds the key and bad, an input error found by the caller, is nil. It
-// counts the outcome: kind on success. The caller holds c.mu.
-//
-// The write rides the group commit (commitStep), so it may share its
-// commit with other claims and Apply calls, and run again when one of them
-// fails; fn then sees a fresh transaction and must set nothing that the
-// last run does not set again. effect, when not nil, is Complete's: it runs
-// in o, after the check that c holds the key and before fn, as an Apply
-// effect would (runEffect).
+// updateLocked runs fn on the key's mark in a write transaction through
+// the group commit, if c still holds the key and bad (the caller's input
+// error) is nil, and counts the outcome, kind on success. fn may run more
+// than once and must set nothing the last run does not. effect, Complete's,
+// runs after the holder check and before fn. The caller holds c.mu.
 func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effect func(*Tx) error, fn func(w *writeTx, o *op, m *layout.FoundMark) error) error {
 	err := bad
 	switch {

@@ -7,8 +7,7 @@ import (
 	"time"
 )
 
-// Action is what to do with a delivery after the store answered it: see
-// Classify.
+// Action is what to do with a delivery after the store answered (Classify).
 type Action uint8
 
 // The actions, from the consumer's side of at-least-once delivery.
@@ -19,21 +18,14 @@ const (
 	// succeed (a context that ended, a compare-and-set that lost a race).
 	RetryNow
 	// RetryLater: nothing was applied, and a retry can succeed after a
-	// while: another worker holds the key (Advice.NotBefore says until
-	// when), the disk is full, the file is locked, or the effect failed in
-	// a way oncekv cannot judge (an upstream timeout). Redeliver with a
-	// backoff.
+	// while (a live claim, until Advice.NotBefore; a full disk; a locked
+	// file; an effect's own error). Redeliver with a backoff.
 	RetryLater
-	// GiveUp: no retry can succeed: the request is bad (key too large, key
-	// reused with another payload), its failure was recorded for good, or
-	// a newer writer fenced it off. Dead-letter it; redelivering loops
-	// forever.
+	// GiveUp: no retry can succeed (bad request, key reused, failure
+	// recorded, fenced off). Dead-letter it.
 	GiveUp
-	// Reopen: this DB cannot serve the request, whatever it is: it was
-	// closed, or opened read-only, or poisoned by an I/O error in a commit.
-	// Nothing was applied. Close the DB and open it again (Open rebuilds
-	// everything from the file); a consumer that is shutting down just
-	// stops, and the broker redelivers.
+	// Reopen: this DB cannot serve any request (closed, read-only,
+	// poisoned); nothing was applied. Close it and open it again, or stop.
 	Reopen
 )
 
@@ -57,9 +49,8 @@ func (a Action) String() string {
 // Advice is Classify's answer.
 type Advice struct {
 	Action Action
-	// NotBefore is, for RetryLater, when a retry can first succeed, where
-	// the error says (ErrInProgress: the end of the holder's lease, by
-	// DB.Now); zero where it does not, and a backoff decides.
+	// NotBefore is, for RetryLater, when a retry can first succeed where the
+	// error says (ErrInProgress's lease end, by DB.Now); else zero.
 	NotBefore time.Time
 }
 
@@ -73,25 +64,20 @@ var giveUp = []error{
 	ErrNotOncekv, ErrFormatVersion, ErrCorrupt,
 }
 
-// Classify says what a consumer should do with a delivery after err, the
-// error of Apply, ApplyBatch (a request's Err), Claim and its methods, or
-// any other DB method. Every error oncekv exports has its action:
+// Classify says what a consumer should do with a delivery after err, an
+// error of any DB or Claim method (or a BatchResult's Err):
 //
 //   - nil: Ack.
 //   - ErrClosed, ErrReadOnly, ErrPoisoned: Reopen.
-//   - an error marked permanent (see IsPermanent), ErrFailed, ErrKeyReuse,
-//     ErrFenced, ErrResponseTooLarge, the bad input errors (ErrKeyTooLarge, ErrKeyRequired,
-//     ErrHandlerRequired, ...), ErrCorrupt and the other file errors:
-//     GiveUp. A record that does not decode will not decode next time
-//     either; dead-letter the message and let an operator look.
-//   - ErrInProgress: RetryLater, NotBefore the holder's lease end.
+//   - a permanent error (IsPermanent), ErrFailed, ErrKeyReuse, ErrFenced,
+//     the bad input errors, ErrCorrupt and the other file errors: GiveUp.
+//   - ErrInProgress: RetryLater, NotBefore the lease's end.
 //   - ErrNoSpace, ErrLocked: RetryLater.
 //   - ErrVersionConflict, context.Canceled, context.DeadlineExceeded:
 //     RetryNow.
-//   - anything else (an effect's own transient error): RetryLater.
+//   - anything else (an effect's transient error): RetryLater.
 //
-// Classify calls only errors.Is and errors.As on err, so it runs the
-// methods of the caller's own errors in the caller's goroutine.
+// It calls only errors.Is and errors.As on err, in the caller's goroutine.
 func Classify(err error) Advice {
 	if err == nil {
 		return Advice{Action: Ack}

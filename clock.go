@@ -4,39 +4,29 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// clockConfirmReadings is how many readings in a row must agree on a
-// forward jump over Options.MaxClockJump before the store takes it. One
-// wild reading (a bad NTP answer) is then never taken; a clock that was
-// really moved on is taken after a few calls.
+// clockConfirmReadings is how many readings in a row must agree on a forward
+// jump over Options.MaxClockJump before the store takes it.
 const clockConfirmReadings = 3
 
-// clockSaveEvery is how far the store's clock must have moved since it was
-// last saved before a write transaction saves it again (piggy-backed on the
-// transaction, see saveClockLocked). Under load that is one small extra
-// write a second, not one per commit; after a crash the store's clock
-// resumes at most this much before the last commit's reading.
+// clockSaveEvery is how far the store's clock must move before a write
+// transaction saves it again (saveClockLocked).
 const clockSaveEvery = time.Second
 
-// monotonicClock is Options.Now made to never go backwards, and to take a
-// forward jump over a bound only once it is confirmed. Clocks step back (NTP
-// corrections, a VM restored from a snapshot); a lease that has expired
-// must stay expired, or a worker that was taken over could look alive
-// again. Clocks also glitch forward; one reading decades ahead must not
-// issue leases that end decades later, open a window there, or expire
-// everything.
+// monotonicClock is Options.Now made never to go backwards, taking a forward
+// jump over maxJump only once confirmed (docs/design/clock.md).
 type monotonicClock struct {
 	now     func() time.Time
 	maxJump int64 // Options.MaxClockJump in nanoseconds; <= 0: unbounded
 	high    atomic.Int64
-	// settled is false until the first reading after Open, which is taken
-	// as is: downtime and a jump look the same to a stopped process.
+	// settled is false until the first reading after Open, taken as is.
 	settled atomic.Bool
 	// jumps counts the forward jumps held back (Stats.ClockJumps).
 	jumps atomic.Uint64
-	// pending is set while a jump waits for confirmation, so the common
-	// reading takes no lock.
+	// pending is set while a jump waits, so the common reading takes no lock.
 	pending atomic.Bool
 	// warn logs a held-back jump; nil in tests of the clock alone.
 	warn func(reading, high time.Time)
@@ -48,9 +38,8 @@ type monotonicClock struct {
 	}
 }
 
-// read returns the store's time: the later of the clock's reading and
-// every earlier one taken, except a forward jump not yet confirmed, during
-// which it returns the time before the jump.
+// read returns the store's time: the latest reading so far, except a
+// forward jump not yet confirmed, during which the time before it.
 func (c *monotonicClock) read() time.Time {
 	t, _ := c.readRaw()
 	return t
@@ -80,8 +69,7 @@ func (c *monotonicClock) readRaw() (store, raw time.Time) {
 		case jump && !c.confirm(n, high):
 			return time.Unix(0, high), raw
 		case jump:
-			// Confirmed: taken whatever another reader did meanwhile, so
-			// that a lost race cannot start a new episode.
+			// Confirmed: taken whatever another reader did meanwhile.
 			c.atLeast(n)
 			return time.Unix(0, max(n, c.high.Load())), raw
 		case c.high.CompareAndSwap(high, n):
@@ -122,9 +110,7 @@ func (c *monotonicClock) settle() {
 	c.pending.Store(false)
 }
 
-// atLeast raises the clock's floor to n, for what the file proves was
-// already seen (the saved high-water mark, the newest window) when a store
-// is reopened.
+// atLeast raises the clock to n, what the file proves was seen, at Open.
 func (c *monotonicClock) atLeast(n int64) {
 	for {
 		high := c.high.Load()
@@ -132,4 +118,20 @@ func (c *monotonicClock) atLeast(n int64) {
 			return
 		}
 	}
+}
+
+// Now returns the store's clock: Options.Now, never going backwards. Leases,
+// windows and InProgressError.RetryAfter go by it, so packages built on the
+// store should take their time here too. It works after Close too.
+func (db *DB) Now() time.Time { return db.clock.read() }
+
+// saveClockLocked saves the store's clock in w, a write transaction about
+// to run, once it has moved clockSaveEvery since last saved.
+func (db *DB) saveClockLocked(w *writeTx) error {
+	now := w.now.UnixNano()
+	if db.clockSaved > now-int64(clockSaveEvery) {
+		return nil
+	}
+	w.clockSaved = true
+	return layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.live.Floor(), ClockHigh: now})
 }

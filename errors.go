@@ -11,28 +11,21 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// Errors returned by Apply, ApplyBatch and Claim for a request. They come
-// wrapped in a *RequestError that names the handler and key; test them with
-// errors.Is.
+// Errors of Apply, ApplyBatch and Claim about a request, wrapped in a
+// *RequestError naming the handler and key.
 var (
-	// ErrKeyReuse: the key was first used with another payload (other
-	// bytes, or another Request.Fingerprint when the requests carry one).
-	// The caller reused an idempotency key for a different operation
-	// (Stripe answers this with 400 idempotency_error). Nothing changed.
+	// ErrKeyReuse: the key was first used with another payload (or
+	// Request.Fingerprint): an idempotency key reused for another operation.
 	ErrKeyReuse = errors.New("oncekv: idempotency key reused with a different payload")
-	// ErrInProgress: a live claim holds the key right now (HTTP 409). Retry
-	// later; oncekv never waits under a lock. It comes as an
-	// *InProgressError, which says when the claim's lease runs out.
+	// ErrInProgress: a live claim holds the key (HTTP 409); retry later. It
+	// comes as an *InProgressError saying when the lease runs out.
 	ErrInProgress = errors.New("oncekv: key is being processed right now")
-	// ErrFenced: a write or a claim operation carried a fence or token that
-	// is not newer than the stored one: the writer is stale (a zombie after
-	// a pause) and must give up, not retry. A rejected PutFenced, or a
-	// claim taken over by a newer Claim or by Apply, gives a *FenceError
-	// with both. A claim whose mark is gone altogether (forgotten, or its
-	// window expired) gets ErrFenced with that reason.
+	// ErrFenced: a write or claim operation presented a fence or token not
+	// newer than the stored one: a stale writer, which must give up. It
+	// comes as a *FenceError with both numbers where both are known.
 	ErrFenced = fence.ErrFenced
-	// ErrFailed: the key's effect failed permanently (see Permanent) and the
-	// failure was recorded; every duplicate gets it back.
+	// ErrFailed: the key's effect failed permanently (see Permanent) and
+	// every duplicate gets the recorded failure back.
 	ErrFailed = errors.New("oncekv: operation failed permanently")
 )
 
@@ -45,22 +38,27 @@ var (
 	ErrInvalidFingerprint = errors.New("oncekv: invalid fingerprint")
 	// ErrKeyRequired: a key was empty.
 	ErrKeyRequired = bucket.ErrKeyRequired
-	// ErrKeyTooLarge: a key, or a request's handler and key together, do not
-	// fit in bbolt's 32768-byte key limit.
+	// ErrKeyTooLarge: a key, or a request's handler and key together, do
+	// not fit in bbolt's key limit.
 	ErrKeyTooLarge = bucket.ErrKeyTooLarge
 	// ErrValueTooLarge: a value exceeds bbolt's value limit.
 	ErrValueTooLarge = bucket.ErrValueTooLarge
-	// ErrResponseTooLarge: an effect's response, or a permanent error's
-	// message, is larger than a mark can hold (MaxResponseSize). The
-	// message names both sizes. The request's effect is rolled back and
-	// nothing is recorded for it; the other requests of the same commit
-	// are not affected.
+	// ErrResponseTooLarge: a response, or a permanent error's message, is
+	// over MaxResponseSize; that request only is rolled back.
 	ErrResponseTooLarge = errors.New("oncekv: response too large for a mark")
 	// ErrBucketNameRequired: a bucket name was empty.
 	ErrBucketNameRequired = bucket.ErrBucketNameRequired
 	// ErrInvalidOptions: Options failed validation; the error lists every
 	// field that was wrong.
 	ErrInvalidOptions = errors.New("oncekv: invalid options")
+	// ErrInvalidMark: LoadMarks was given a state that is no MarkState.
+	ErrInvalidMark = errors.New("oncekv: invalid mark")
+	// ErrMarkOwnKey: Tx.Mark or Tx.LookupMark, from Apply's or
+	// Claim.Complete's effect, of the key that call is writing itself.
+	ErrMarkOwnKey = errors.New("oncekv: mark: the key is the one its Apply is applying")
+	// ErrPublish: Publish was given an empty name, a nil DB, or a name held
+	// by another variable or by a DB still open.
+	ErrPublish = errors.New("oncekv: cannot publish stats to expvar")
 )
 
 // Errors about the transaction in use.
@@ -78,12 +76,10 @@ var (
 var (
 	// ErrClosed: the DB was used after Close.
 	ErrClosed = errors.New("oncekv: database closed")
-	// ErrLocked: another process (or another DB in this one) holds the file;
-	// Open gave up after Options.OpenTimeout (the message says how long it
-	// really waited: bbolt may give up a little before the timeout).
+	// ErrLocked: another process (or DB) holds the file; Open gave up after
+	// Options.OpenTimeout.
 	ErrLocked = errors.New("oncekv: database file is locked by another user")
-	// ErrReadOnly: a write to a DB opened with Options.ReadOnly. Nothing
-	// was changed.
+	// ErrReadOnly: a write to a DB opened with Options.ReadOnly.
 	ErrReadOnly = errors.New("oncekv: database opened read-only")
 	// ErrNotOncekv: the file is not an oncekv database.
 	ErrNotOncekv = layout.ErrNotOncekv
@@ -91,50 +87,36 @@ var (
 	ErrCorrupt = bucket.ErrCorrupt
 	// ErrFormatVersion: the file was written by a newer format.
 	ErrFormatVersion = base.ErrFormatVersion
-	// ErrInvalidWindow is ErrInvalidOptions, under the name it had when
-	// the window fields (Retention, WindowSpan) were reported apart. One
-	// condition, one error: the name stays so code that tests for it
-	// keeps compiling and keeps matching.
+	// ErrInvalidWindow is ErrInvalidOptions under its former name.
 	//
 	// Deprecated: use ErrInvalidOptions.
 	ErrInvalidWindow = ErrInvalidOptions
 )
 
-// Errors of a commit that failed in the file system. The request that met
-// one was not acknowledged; whether it is applied is decided by the file,
-// both its effect and its mark or neither.
+// Errors of a commit that failed in the file system. The file holds the
+// request's effect and mark both or neither.
 var (
-	// ErrPoisoned: a commit failed with an I/O error (EIO, a failed fsync,
-	// or anything else that may have left part of the transaction in the
-	// file), so the store cannot tell what is durable. It refuses every
-	// later write with this error, wrapping the first cause, until the DB
-	// is closed and reopened; reads keep working. Reopen the DB: Open
-	// rebuilds everything from what the file really holds. Retrying an
-	// fsync that failed proves nothing (the kernel may have dropped the
-	// pages), which is why oncekv does not retry.
+	// ErrPoisoned: a commit failed with an I/O error, so what is durable is
+	// in doubt; every later write returns it, wrapping the cause, until the
+	// DB is reopened. Reads keep working (docs/design/poisoning-and-enospc.md).
 	ErrPoisoned = errors.New("oncekv: a commit failed with an I/O error; writes are refused until the database is reopened")
-	// ErrNoSpace: the file system is full (it wraps syscall.ENOSPC). It is
-	// returned when writing a transaction's pages ran out of space before
-	// any of it became visible: nothing changed, the DB stays usable, and
-	// writes succeed again once space is freed. ENOSPC met anywhere else
-	// in a commit (from fsync, say) poisons the DB like any other I/O
-	// error and comes as ErrPoisoned, which wraps syscall.ENOSPC too.
+	// ErrNoSpace: the disk filled before the commit became visible (it wraps
+	// syscall.ENOSPC): nothing changed, and writes resume once space is
+	// freed. ENOSPC later in a commit poisons the DB instead.
 	ErrNoSpace = errors.New("oncekv: no space left on device")
 )
 
-// RecordError is a system record (a mark, a fence, a metadata record) that
-// failed to decode. Its fields are
+// RecordError is a system record (a mark, a fence, a metadata record)
+// that failed to decode:
 //
 //	Bucket string // the system bucket holding the record, e.g. "oncekv.meta"
 //	Key    string // the record's key in that bucket
 //	Err    error  // what was wrong
 //
-// errors.Is matches it with both ErrCorrupt and Err. Get one with
-// errors.As(err, new(*oncekv.RecordError)).
+// errors.Is matches it with both ErrCorrupt and Err.
 type RecordError = base.RecordError
 
-// RequestError wraps an error about one request with its handler and key,
-// so the message says which operation failed. errors.Is sees through it.
+// RequestError wraps an error about one request with its handler and key.
 type RequestError struct {
 	Op      string // "apply", "claim", …
 	Handler string
@@ -161,8 +143,7 @@ func requestError(op string, req *Request, err error) error {
 	return &RequestError{Op: op, Handler: req.Handler, Key: req.Key, Err: err}
 }
 
-// trimPrefix drops the "oncekv: " of a wrapped error, so a message reads
-// "oncekv: apply … : key reused" rather than repeating the package name.
+// trimPrefix drops the "oncekv: " of a wrapped error's message.
 func trimPrefix(err error) string {
 	s := err.Error()
 	const p = "oncekv: "
@@ -172,11 +153,9 @@ func trimPrefix(err error) string {
 	return s
 }
 
-// Permanent marks an effect's error as permanent: Apply records the key as
-// FAILED with it, rolls back the effect's writes, and answers every
-// duplicate with the same failure instead of running the effect again. Use
-// it for errors a retry cannot fix (a 400 or 422 from an upstream, a
-// validation failure). Permanent(nil) is nil.
+// Permanent marks an effect's error as one no retry can fix (a 400 from an
+// upstream): Apply rolls back the effect's writes, records the key FAILED
+// and answers every duplicate with it. Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -184,11 +163,9 @@ func Permanent(err error) error {
 	return &permanentError{err: err}
 }
 
-// IsPermanent reports whether err, or any error in its chain, has a method
-// Permanent() bool that returns true. Permanent's errors have one, and so
-// may any other package's: this is the contract package retry (which cannot
-// import oncekv) shares, so an error either side marks permanent is
-// recognised by the other.
+// IsPermanent reports whether err or an error it wraps has a method
+// Permanent() bool returning true: the contract Permanent's errors and
+// package retry's share.
 func IsPermanent(err error) bool {
 	for _, e := range chain(err) {
 		if p, ok := e.(interface{ Permanent() bool }); ok && p.Permanent() {
@@ -198,8 +175,7 @@ func IsPermanent(err error) bool {
 	return false
 }
 
-// chain lists err and every error it wraps, depth first, as errors.Is
-// walks them.
+// chain lists err and every error it wraps, depth first, as errors.Is does.
 func chain(err error) []error {
 	var all []error
 	var walk func(error)
@@ -231,10 +207,8 @@ func (p *permanentError) Unwrap() error { return p.err }
 // Permanent reports true: see IsPermanent.
 func (p *permanentError) Permanent() bool { return true }
 
-// InProgressError is ErrInProgress with the end of the lease of the claim
-// that holds the key, so a consumer can come back then instead of polling
-// (a NAK with a delay, a Retry-After header). errors.Is(err, ErrInProgress)
-// is true of it.
+// InProgressError is ErrInProgress with the end of the holding claim's
+// lease, so a consumer can come back then instead of polling.
 type InProgressError struct {
 	until time.Time
 }
@@ -247,21 +221,18 @@ func (e *InProgressError) Error() string {
 // Unwrap makes errors.Is(err, ErrInProgress) true.
 func (e *InProgressError) Unwrap() error { return ErrInProgress }
 
-// LeaseUntil returns when the holding claim's lease runs out, by the
-// store's clock (DB.Now). Its holder may still Extend it, Complete or Fail
-// before then; a retry at that time finds the key done, or takes it over.
+// LeaseUntil returns when the holding claim's lease runs out, by DB.Now's
+// clock.
 func (e *InProgressError) LeaseUntil() time.Time { return e.until }
 
-// RetryAfter returns how long after now the lease runs out: the delay
-// before a retry can take the key over, zero if it has run out already.
-// Pass DB.Now() as now, so the delay is by the clock that decides.
+// RetryAfter returns how long after now (pass DB.Now()) the lease runs out,
+// zero if it has.
 func (e *InProgressError) RetryAfter(now time.Time) time.Duration {
 	return max(e.until.Sub(now), 0)
 }
 
-// FailedError is the recorded permanent failure of a key. The call that
-// failed gets one wrapping the original error (so errors.Is finds it);
-// duplicates get one rebuilt from the stored message. Both match ErrFailed.
+// FailedError is a key's recorded permanent failure, matching ErrFailed;
+// the call that failed gets one wrapping the original error too.
 type FailedError struct {
 	Message string // the original error's message, as stored
 	cause   error  // the original error; nil when replayed from disk
@@ -279,69 +250,62 @@ func (e *FailedError) Unwrap() []error {
 }
 
 // Errors of fenced and versioned writes (Bucket.PutFenced,
-// Bucket.PutIfVersion, DB.NextFence). Nothing is changed when one is
-// returned. ErrFenced is with the request errors above.
+// Bucket.PutIfVersion, DB.NextFence), package fence's. Nothing is changed.
 var (
-	// ErrVersionConflict: PutIfVersion presented a version that is no
-	// longer the key's, because the key was written since it was read. Read
-	// it again and retry; a *VersionError holds both versions.
+	// ErrVersionConflict: PutIfVersion's version is no longer the key's;
+	// read it again and retry. It comes as a *VersionError.
 	ErrVersionConflict = fence.ErrVersionConflict
-	// ErrUnversioned: PutIfVersion from version 0 met a key that exists but
-	// was only ever written with plain Put, so a racing Put could not be
-	// detected. Retrying does not help; see Bucket.PutIfVersion.
+	// ErrUnversioned: PutIfVersion from version 0 met a key only ever
+	// written with plain Put; retrying does not help.
 	ErrUnversioned = fence.ErrUnversioned
-	// ErrInvalidFence: PutFenced was given fence 0, which is never newer
-	// than anything.
+	// ErrInvalidFence: PutFenced was given fence 0.
 	ErrInvalidFence = fence.ErrInvalidFence
 	// ErrResourceRequired: NextFence was given an empty resource name.
 	ErrResourceRequired = fence.ErrResourceRequired
-	// ErrExhausted: a fence counter, the claim token counter or a key's
-	// version reached 2^64-1 and cannot grow; NextFence, Claim,
-	// PutFenced or PutIfVersion refuse rather than wrap around to a value
-	// issued before.
+	// ErrExhausted: a fence or token counter, or a key's version, reached
+	// 2^64-1; the call is refused rather than wrap around.
 	ErrExhausted = fence.ErrExhausted
 )
 
-// FenceError is a fenced write refused with ErrFenced: the key carries
-// Stored, and the write presented Presented, which is not greater. A claim
-// taken over by a newer one gets one too, with the tokens. It is package
-// fence's [fence.Error]:
+// FenceError is package fence's [fence.Error]: a write refused with
+// ErrFenced, or a claim taken over, with both numbers:
 //
 //	type FenceError struct {
 //		Stored    uint64 // the fence the key (or the claim's mark) carries
 //		Presented uint64 // the fence the refused write presented
 //	}
-//
-// errors.Is(err, ErrFenced) matches it; errors.As(err, new(*FenceError))
-// gets the numbers. Give up on the write: a newer writer owns the key.
 type FenceError = fence.Error
 
-// VersionError is a compare-and-set ([Bucket.PutIfVersion]) refused with
-// ErrVersionConflict. It is package fence's [fence.VersionError]:
+// VersionError is package fence's [fence.VersionError]: a
+// [Bucket.PutIfVersion] refused with ErrVersionConflict:
 //
 //	type VersionError struct {
 //		Stored    uint64 // the key's version now
 //		Presented uint64 // the version the write expected
 //	}
-//
-// errors.Is(err, ErrVersionConflict) matches it. Read the key again (its
-// value and Version) and retry.
 type VersionError = fence.VersionError
 
-// Errors of claims (DB.Claim and the methods of Claim). Those about one
-// request come wrapped in a *RequestError, like Apply's.
+// Errors of claims (DB.Claim and the methods of Claim), wrapped in a
+// *RequestError.
 var (
-	// ErrInvalidLease: a claim or an extension asked for a lease that is
-	// not positive.
+	// ErrInvalidLease: a lease that is not positive.
 	ErrInvalidLease = errors.New("oncekv: lease must be positive")
-	// ErrClaimDone: Extend, Complete or Fail on a claim that holds nothing
-	// any more: its key was done when it was claimed (Done is true), or
-	// this claim has already completed, failed or released it.
+	// ErrClaimDone: Extend, Complete or Fail on a claim that no longer holds
+	// its key (Done, or completed, failed or released already).
 	ErrClaimDone = errors.New("oncekv: claim is done: it no longer holds its key")
-	// ErrUnknownClaim: a method was called on a nil or zero Claim rather
-	// than one that DB.Claim returned.
+	// ErrUnknownClaim: a method of a nil or zero Claim.
 	ErrUnknownClaim = errors.New("oncekv: unknown claim: use the one DB.Claim returned")
-	// ErrNotFound: DB.Mark or DB.ReleaseClaim was asked about a key that
-	// has no mark in the live windows: never seen, forgotten, or expired.
+	// ErrNotFound: DB.Mark or DB.ReleaseClaim of a key without a mark in
+	// the live windows.
 	ErrNotFound = errors.New("oncekv: no mark for the key")
 )
+
+// trimmed wraps err so that its message loses a leading "oncekv: ";
+// errors.Is still sees err.
+func trimmed(err error) error { return &trimmedError{err} }
+
+type trimmedError struct{ err error }
+
+func (e *trimmedError) Error() string { return trimPrefix(e.err) }
+
+func (e *trimmedError) Unwrap() error { return e.err }

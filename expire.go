@@ -7,6 +7,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/layout"
+	"github.com/oncekv/oncekv/internal/windowset"
 )
 
 // ExpireStats reports what one Expire call dropped and what it cost.
@@ -15,31 +16,24 @@ type ExpireStats struct {
 	Windows int
 	// Marks is the number of marks deleted.
 	Marks uint64
-	// Steps is the number of write transactions expiry used. Each deletes
-	// at most Options.ExpireStep marks, so no step holds the writer long.
+	// Steps is the number of write transactions used, each deleting at most
+	// Options.ExpireStep marks.
 	Steps int
-	// LongestStep is the longest time one step held the write lock: the
-	// worst stall expiry caused a concurrent writer.
+	// LongestStep is the longest one step held the write lock.
 	LongestStep time.Duration
 	// Duration is the wall time of the whole call.
 	Duration time.Duration
 }
 
 // Expire drops every window whose newest possible mark is older than
-// Options.Retention, by the clock Options.Now. A key whose mark was dropped
-// is applied again if it is delivered again: that is the dedup window.
-//
-// The windows stop answering look-ups at once, in one small transaction;
-// their marks are then deleted in steps of Options.ExpireStep marks, each in
-// its own transaction, so writers wait at most one step behind expiry. The
-// work grows with the number of expired marks, never with the live ones. If
-// ctx ends or the process dies midway, the windows stay dropped and the next
-// Expire (or the background expiry) finishes deleting them.
-//
-// A clock that jumps backwards only delays expiry: nothing is dropped
-// before its time by the clock's own account. A window holding a claim
-// whose lease has not run out is kept until it has, and so are the windows
-// after it.
+// Options.Retention by the store's clock; a key whose mark was dropped is
+// applied again if delivered again. The windows stop answering at once,
+// then their marks are deleted in steps of Options.ExpireStep, so writers
+// wait at most one step; if ctx ends or the process dies midway, the next
+// Expire finishes. A clock stepped back only delays expiry, and a window
+// holding a live claim's lease is kept, with the newer ones, until it ends
+// (docs/design/windows-and-filters.md). Errors: ctx's, ErrReadOnly,
+// ErrClosed, the commit's.
 func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
 	if !db.life.enter() {
 		return ExpireStats{}, ErrClosed
@@ -58,38 +52,33 @@ func (db *DB) Expire(ctx context.Context) (ExpireStats, error) {
 }
 
 func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
-	// The earlier of the store's time and the raw reading: a clock stepped
-	// back only delays expiry, and a forward jump not yet confirmed (see
-	// Options.MaxClockJump) expires nothing.
+	// The earlier of the store's time and the raw reading (docs/design/clock.md).
 	store, raw := db.clock.readRaw()
 	now := min(store.UnixNano(), raw.UnixNano())
-	floor := db.windows.Floor()
+	floor := db.live.Floor()
 	for _, w := range db.expirable(now) {
-		floor = max(floor, db.window.End(w.Start))
+		floor = max(floor, db.windowConfig.End(w.Start))
 	}
-	if floor > db.windows.Floor() {
-		// The clock's high-water mark goes with the floor (and is saved
-		// again at Close), so a restart on a clock that stepped back
-		// resumes from here.
+	if floor > db.live.Floor() {
+		// The clock's high-water mark is saved with the floor.
 		var high int64
-		if err := db.step(st, func(btx *bolt.Tx) error {
+		if err := db.expireTx(st, func(btx *bolt.Tx) error {
 			high = db.clock.read().UnixNano()
 			return layout.WriteExpiry(btx, layout.Expiry{Floor: floor, ClockHigh: high})
 		}, func() {
-			db.windows.DropBelow(floor)
+			db.live.DropBelow(floor)
 			db.clockSaved = high // learned under the write lock, as saveClockLocked's
 		}); err != nil {
 			return err
 		}
 	}
 
-	// Delete what lies below the floor, including what an interrupted
-	// earlier call left.
+	// Delete what lies below the floor, an interrupted call's left-overs too.
 	var doomed []int64
 	if err := db.guard(func() error {
 		return db.bolt.View(func(btx *bolt.Tx) error {
 			return layout.ForEachWindow(btx, false, func(start int64, _ *bolt.Bucket) error {
-				if start < db.windows.Floor() {
+				if start < db.live.Floor() {
 					doomed = append(doomed, start)
 				}
 				return nil
@@ -104,7 +93,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 				return err
 			}
 			var deleted int
-			err := db.step(st, func(btx *bolt.Tx) (err error) {
+			err := db.expireTx(st, func(btx *bolt.Tx) (err error) {
 				deleted, gone, err = layout.ExpireSome(btx, start, db.opts.ExpireStep)
 				return err
 			}, nil)
@@ -120,9 +109,9 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	return nil
 }
 
-// step runs one expiry transaction under the write lock, then learned
+// expireTx runs one expiry transaction under the write lock, then learned
 // (if any) before releasing it, and records how long the lock was held.
-func (db *DB) step(st *ExpireStats, fn func(btx *bolt.Tx) error, learned func()) error {
+func (db *DB) expireTx(st *ExpireStats, fn func(btx *bolt.Tx) error, learned func()) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock() // released on every exit, a panic in fn or learned included
 	held := time.Now()
@@ -159,33 +148,35 @@ func (db *DB) expireInBackground(ctx context.Context) {
 	}
 }
 
-// Forget drops the mark of (handler, key), so the next delivery of the key
-// is applied again: for an operator who knows a failure must be retried, or
-// a key that must be processed afresh. Forgetting a key that has no mark is
-// not an error. A key held by a live claim returns ErrInProgress (an
-// *InProgressError saying until when) and stays.
-func (db *DB) Forget(handler, key string) error {
+// ExpireDue returns the windows Expire would drop now, oldest first, and
+// drops nothing: a dry run, reading the clock as Expire does. It works on a
+// read-only DB.
+func (db *DB) ExpireDue() ([]WindowStats, error) {
 	if !db.life.enter() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	defer db.life.exit()
-	req := Request{Handler: handler, Key: key}
-	o, err := db.newOp(context.Background(), &req, nil)
-	if err != nil {
-		return requestError("forget", &req, err)
+	store, raw := db.clock.readRaw()
+	var due []WindowStats
+	for _, w := range db.expirable(min(store.UnixNano(), raw.UnixNano())) {
+		due = append(due, WindowStats{
+			Start: time.Unix(0, w.Start),
+			End:   time.Unix(0, db.windowConfig.End(w.Start)),
+			Marks: uint64(w.Marks.Load()),
+		})
 	}
-	err = db.write(func(w *writeTx) error {
-		m, err := db.findMark(w.btx, o.mkey)
-		if err != nil || m == nil {
-			return err
+	return due, nil
+}
+
+// expirable returns the live windows expired at now (Unix nanoseconds),
+// oldest first, stopping at the first one to keep, a live lease's included:
+// the floor drops everything below it.
+func (db *DB) expirable(now int64) []*windowset.Live {
+	live := db.live.Windows()
+	for i, w := range live {
+		if now < db.windowConfig.ExpiresAt(w.Start) || now < w.LeaseEnd.Load() {
+			return live[:i]
 		}
-		if m.State == layout.InProgress && w.now.UnixNano() < m.LeaseUntil {
-			return &InProgressError{until: timeFromNano(m.LeaseUntil)}
-		}
-		return w.deleteMark(m.Window, o.mkey)
-	})
-	if err != nil {
-		return requestError("forget", &req, err)
 	}
-	return nil
+	return live
 }

@@ -1,38 +1,25 @@
 package oncekv
 
 import (
-	"errors"
 	"expvar"
 	"fmt"
 	"sync"
 	"sync/atomic"
 )
 
-// ErrPublish: Publish was given an empty name, a nil DB, or a name that
-// expvar already holds for another variable or for a DB that is still open.
-// Nothing was published.
-var ErrPublish = errors.New("oncekv: cannot publish stats to expvar")
-
-// published holds the names Publish has given to expvar. expvar can never
-// unpublish a name, so this map grows by one entry per distinct name ever
-// published, exactly as expvar's own map does; its bound is the caller's
-// number of names.
+// published holds the names Publish gave expvar, which can never unpublish
+// one: bounded by the caller's number of names, as expvar's own map is.
 var published struct {
 	mu    sync.Mutex
 	names map[string]*atomic.Pointer[DB]
 }
 
-// Publish makes db's Stats visible through the standard library's expvar
-// under name: /debug/vars (when the program serves it) shows a fresh
-// snapshot, as JSON, each time it is read. Durations are in nanoseconds, as
-// encoding/json writes a time.Duration.
-//
-// expvar panics when a name is published twice; Publish returns an error
-// wrapping ErrPublish instead, naming the name, when another variable
-// holds it or another open DB does. A name published for a DB that has since
-// been closed is taken over by the new DB, so a program that reopens its
-// store (after ErrPoisoned, say) publishes it again under the same name.
-// Until then the variable reads as null.
+// Publish makes db's Stats visible through expvar under name: each read of
+// /debug/vars shows a fresh snapshot, durations in nanoseconds. A name held
+// by another variable or another open DB returns an error wrapping
+// ErrPublish instead of expvar's panic; a name of a DB since closed is
+// taken over, so a reopened store publishes again under it (the variable
+// reads null meanwhile).
 func Publish(name string, db *DB) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty name", ErrPublish)
@@ -83,13 +70,4 @@ func publishVar(name string, v expvar.Var) (err error) {
 	}()
 	expvar.Publish(name, v)
 	return nil
-}
-
-// isOpen reports whether Close has not begun.
-func (db *DB) isOpen() bool {
-	if !db.life.enter() {
-		return false
-	}
-	db.life.exit()
-	return true
 }

@@ -7,19 +7,12 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// NextFence issues a fencing token for resource: strictly greater than
-// every token issued for resource before, by this process or any earlier
-// one. Tokens of different resources are independent; each starts at 1.
-//
-// The counter is committed in its own write transaction before NextFence
-// returns, and durable unless Options.NoSync is set, so a token is never
-// issued twice, not even after a crash right after it was handed out. Pass
-// the token to Bucket.PutFenced (here or in any store that checks fences):
-// a writer that took its token before another one, then stalled, is
-// refused instead of overwriting the newer write.
-//
-// Errors: ErrResourceRequired for an empty resource, ErrKeyTooLarge for one
-// over bbolt's key limit, ErrClosed after Close.
+// NextFence issues a fencing token for resource, strictly greater than any
+// issued for it before, by any process: each resource counts from 1. It is
+// committed before NextFence returns (durable unless Options.NoSync), so
+// never issued twice. Pass it to Bucket.PutFenced, here or in any store
+// that checks fences. Errors: ErrClosed; and, naming the resource,
+// ErrResourceRequired, ErrKeyTooLarge, ErrReadOnly, a failed commit's.
 func (db *DB) NextFence(resource string) (uint64, error) {
 	if !db.life.enter() {
 		return 0, ErrClosed
@@ -30,6 +23,21 @@ func (db *DB) NextFence(resource string) (uint64, error) {
 		token, err = layout.NextToken(w.btx, []byte(resource))
 		return err
 	})
+	if err != nil {
+		return 0, &resourceError{resource: resource, err: err}
+	}
+	return token, nil
+}
+
+// NextFence issues a fencing token for resource from DB.NextFence's
+// counter, committed with the transaction: if it rolls back, the token was
+// never issued. Errors, each naming the resource: ErrTxNotWritable,
+// ErrTxClosed, ErrResourceRequired, ErrKeyTooLarge.
+func (tx *Tx) NextFence(resource string) (uint64, error) {
+	if err := tx.checkWrite(); err != nil {
+		return 0, &resourceError{resource: resource, err: err}
+	}
+	token, err := layout.NextToken(tx.btx, []byte(resource))
 	if err != nil {
 		return 0, &resourceError{resource: resource, err: err}
 	}

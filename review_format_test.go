@@ -13,7 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -142,9 +142,9 @@ func TestVersion2BucketsBesideHeaderedOnes(t *testing.T) {
 	require.Equal(t, 1, rewriteAsVersion2(t, path))
 	values := map[string][]byte{
 		"empty": {},
-		"gone":  fences.AppendGone(nil, fences.Record{Fence: 9, Version: 2}),
-		"live":  fences.AppendLive(nil, fences.Record{Fence: 7, Version: 3}, []byte("x")),
-		"plain": fences.AppendPlain(nil, []byte("p")),
+		"gone":  fencestore.AppendGone(nil, fencestore.Record{Fence: 9, Version: 2}),
+		"live":  fencestore.AppendLive(nil, fencestore.Record{Fence: 7, Version: 3}, []byte("x")),
+		"plain": fencestore.AppendPlain(nil, []byte("p")),
 		"tag":   {0x5a},
 	}
 	updateBolt(t, path, func(tx *bolt.Tx) error {
@@ -311,7 +311,7 @@ func TestDamagedHeaderEveryOperation(t *testing.T) {
 		"cut short":    func(rec []byte) []byte { return rec[:9] },
 		"checksum":     func(rec []byte) []byte { rec[3] ^= 0x01; return rec },
 		"tombstone tail": func(rec []byte) []byte {
-			return append(fences.AppendGone(nil, fences.Record{Fence: 5, Version: 1}), 'x')
+			return append(fencestore.AppendGone(nil, fencestore.Record{Fence: 5, Version: 1}), 'x')
 		},
 		"empty":             func([]byte) []byte { return []byte{} },
 		"kind of tombstone": func(rec []byte) []byte { rec[0] = 0xa5; return rec },

@@ -1,6 +1,7 @@
 package oncekv
 
 import (
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,9 +15,8 @@ type Counters struct {
 	// Applied counts effects committed with a DONE mark.
 	Applied uint64
 	// DuplicatesSuppressed counts requests answered from a stored mark
-	// without running the effect (duplicates_suppressed_total). Zero over a
-	// long time is suspicious, not good: at-least-once delivery does
-	// redeliver.
+	// without running the effect. Zero for long is suspicious: at-least-once
+	// delivery does redeliver.
 	DuplicatesSuppressed uint64
 	// InProgressConflicts counts ErrInProgress answers
 	// (idempotency_key_conflicts_total).
@@ -27,23 +27,17 @@ type Counters struct {
 	FailedRecorded uint64
 	// FailedReplayed counts duplicates answered with a recorded failure.
 	FailedReplayed uint64
-	// EffectErrors counts transient effect errors (rolled back, nothing
-	// recorded) that Apply's effect returned while its context was live,
-	// and those of Claim.Complete's effect.
+	// EffectErrors counts transient errors of Apply's effect (while its
+	// context was live) and of Claim.Complete's.
 	EffectErrors uint64
-	// InvalidRequests counts requests rejected as bad input. It is counted
-	// store-wide only, in Stats.Total, and is always zero in Stats.Handlers
-	// and Stats.OtherHandlers: the handler name of a rejected request may be
-	// empty, huge or garbage, so it never creates (or is credited to) an
-	// entry of its own.
+	// InvalidRequests counts requests rejected as bad input, in Stats.Total
+	// only: their handler name never creates an entry.
 	InvalidRequests uint64
 	// Aborted counts requests that applied nothing because their context
-	// ended, the commit failed or a record did not decode. For Apply, a
-	// context that ended while the effect ran counts here, whatever the
-	// effect returned (the caller still gets the effect's error).
+	// ended (during Apply's effect too), the commit failed or a record did
+	// not decode.
 	Aborted uint64
-	// Fenced counts claim operations (Extend, Complete, Fail) rejected with
-	// ErrFenced because another worker had taken the key over.
+	// Fenced counts claim operations rejected with ErrFenced.
 	Fenced uint64
 }
 
@@ -76,22 +70,18 @@ func (c *Counters) add(o Counters) {
 	c.Fenced += o.Fenced
 }
 
-// Stats is a snapshot of a DB's counters and gauges. Take two and Sub them
-// for rates; an exporter (Prometheus, expvar) can adapt it without oncekv
-// depending on a metrics library.
+// Stats is a snapshot of a DB's counters and gauges; Sub two of them for
+// rates. Exporters (Prometheus, expvar) adapt it.
 type Stats struct {
 	// Total sums Handlers and OtherHandlers, plus the requests rejected as
 	// bad input (Total.InvalidRequests).
 	Total Counters
-	// Handlers holds the counters of each handler seen since Open, up to
-	// Options.MaxHandlerStats of them: the first ones seen keep their
-	// entry until Close, and the map never grows past the cap.
+	// Handlers holds the counters of each handler seen since Open, the first
+	// Options.MaxHandlerStats of them.
 	Handlers map[string]Counters
-	// OtherHandlers sums the counters of every handler that found
-	// Handlers full, so the totals stay right however many names arrive.
+	// OtherHandlers sums the handlers that found Handlers full.
 	OtherHandlers Counters
-	// Commits counts write transactions committed (Apply groups, batches,
-	// Update). Total.Applied / Commits is the average group size.
+	// Commits counts write transactions committed.
 	Commits uint64
 	// FencedWrites counts writes refused by PutFenced (ErrFenced) and
 	// PutIfVersion (ErrVersionConflict, ErrUnversioned).
@@ -99,23 +89,20 @@ type Stats struct {
 	// BloomNegatives counts window look-ups skipped because the window's
 	// filter said the key was definitely not there.
 	BloomNegatives uint64
-	// BloomFalsePositives counts window look-ups the filter let through
-	// that found nothing. Over BloomNegatives+BloomFalsePositives it
-	// estimates the filters' false-positive rate.
+	// BloomFalsePositives counts window look-ups the filter let through that
+	// found nothing: over BloomNegatives+BloomFalsePositives, the rate.
 	BloomFalsePositives uint64
 	// ExpiredWindows and ExpiredMarks count what expiry dropped since Open.
-	// A retry of an expired key is applied again.
 	ExpiredWindows uint64
 	ExpiredMarks   uint64
 	// ClockJumps counts the forward jumps of Options.Now over
-	// Options.MaxClockJump since Open. Each was held back until three
-	// readings in a row confirmed it, or dropped when the clock came back.
+	// Options.MaxClockJump held back since Open.
 	ClockJumps uint64
 
 	// LiveMarks is the number of marks in the live windows (a gauge).
 	LiveMarks uint64
-	// OldestMarkAge is how long ago the oldest live window holding marks
-	// began: no mark is older. Zero with no marks.
+	// OldestMarkAge is the age of the oldest live window holding marks; zero
+	// with no marks.
 	OldestMarkAge time.Duration
 	// Windows describes every live window, oldest first.
 	Windows []WindowStats
@@ -160,10 +147,10 @@ func (db *DB) Stats() Stats {
 	st := db.stats.snapshot()
 	st.ClockJumps = db.clock.jumps.Load()
 	now := db.clock.read()
-	for _, w := range db.windows.Windows() {
+	for _, w := range db.live.Windows() {
 		ws := WindowStats{
 			Start: time.Unix(0, w.Start),
-			End:   time.Unix(0, db.window.End(w.Start)),
+			End:   time.Unix(0, db.windowConfig.End(w.Start)),
 			Marks: uint64(w.Marks.Load()),
 		}
 		if w.Filter != nil {
@@ -180,22 +167,19 @@ func (db *DB) Stats() Stats {
 	return st
 }
 
-// statsCollector keeps one set of atomic counters per handler. Handler
-// names come from requests, so the map is bounded: at most maxHandlers
-// entries (Options.MaxHandlerStats), then one shared overflow set, and
-// requests rejected as invalid count store-wide without touching the map.
+// statsCollector keeps atomic counters per handler: at most maxHandlers
+// entries (Options.MaxHandlerStats), then one shared overflow set; invalid
+// requests count store-wide without touching the map.
 type statsCollector struct {
 	handlers sync.Map // string -> *handlerCounters, at most maxHandlers entries
 	// maxHandlers is Options.MaxHandlerStats (0 when negative), set by Open.
 	maxHandlers int
-	// mu serialises adding an entry, so that concurrent new names cannot
-	// overshoot the cap.
+	// mu serialises adding an entry, so the cap holds.
 	mu struct {
 		sync.Mutex
 		entries int
 	}
-	// full is set once the map holds maxHandlers entries, so that the
-	// counts of the handlers past the cap do not contend for mu.
+	// full is set at the cap, so later handlers do not contend for mu.
 	full                atomic.Bool
 	other               handlerCounters
 	invalid             atomic.Uint64
@@ -227,8 +211,7 @@ func (s *statsCollector) countersOf(handler string) *handlerCounters {
 	if v, ok := s.handlers.Load(handler); ok {
 		return v.(*handlerCounters)
 	}
-	// Past the cap, and for a name no request could carry (an aborted call
-	// is counted before its request is validated), the overflow set.
+	// Past the cap, and for a name no request could carry, the overflow set.
 	if s.full.Load() || handler == "" || len(handler) > bolt.MaxKeySize {
 		return &s.other
 	}
@@ -246,8 +229,7 @@ func (s *statsCollector) addLocked(handler string) *handlerCounters {
 		return &s.other
 	}
 	h := new(handlerCounters)
-	// A copy, so that the entry does not keep alive whatever larger buffer
-	// the caller's string was cut from.
+	// A copy: the caller's string may be cut from a larger buffer.
 	s.handlers.Store(strings.Clone(handler), h)
 	s.mu.entries++
 	return h
@@ -289,4 +271,228 @@ func (h *handlerCounters) load() Counters {
 	}
 }
 
-func timeFromNano(n int64) time.Time { return time.Unix(0, n) }
+// FileStats describes the bbolt file under a DB. bbolt never shrinks a
+// file: expiry's freed pages are reused, so under steady traffic Size stays
+// flat while FreeBytes rises after each expiry and falls as marks fill it.
+type FileStats struct {
+	// Size is the file's length in bytes; bbolt grows it ahead of use
+	// (doubling up to 16 MiB, then 16 MiB at a time).
+	Size int64
+	// HighWater is the part of the file pages were ever allocated in, as of
+	// the last commit (or Open); HighWater - FreeBytes is the data.
+	HighWater int64
+	// PageSize is the file's page size in bytes.
+	PageSize int
+	// FreePages is the number of pages on the freelist.
+	FreePages int
+	// PendingPages is the number of freed pages still seen by an open read
+	// transaction: a long one keeps them pending, and the file grows.
+	PendingPages int
+	// FreeBytes is (FreePages + PendingPages) * PageSize (bbolt's FreeAlloc).
+	FreeBytes int64
+	// FreelistBytes is the size of the freelist as written by every commit.
+	FreelistBytes int
+	// OpenReadTxs is the number of read transactions open, oncekv's own
+	// included.
+	OpenReadTxs int
+	// ReadTxs counts the read transactions started since Open.
+	ReadTxs uint64
+}
+
+// Sub returns f with ReadTxs, its only counter, less other's.
+func (f FileStats) Sub(other FileStats) FileStats {
+	f.ReadTxs -= other.ReadTxs
+	return f
+}
+
+// fileStats reads the file's size and bbolt's figures (as of the last
+// transaction's end); zeros once closed.
+func (db *DB) fileStats() FileStats {
+	if !db.life.enter() {
+		return FileStats{}
+	}
+	defer db.life.exit()
+	bs := db.bolt.Stats()
+	f := FileStats{
+		PageSize:      db.bolt.Info().PageSize,
+		FreePages:     bs.FreePageN,
+		PendingPages:  bs.PendingPageN,
+		FreeBytes:     int64(bs.FreeAlloc),
+		FreelistBytes: bs.FreelistInuse,
+		OpenReadTxs:   bs.OpenTxN,
+		ReadTxs:       uint64(max(bs.TxN, 0)),
+	}
+	f.HighWater = db.stats.commitHist.highWater.Load()
+	// By path: bbolt does not expose its file handle.
+	if fi, err := os.Stat(db.path); err == nil {
+		f.Size = fi.Size()
+	}
+	return f
+}
+
+// The numbers of buckets of CommitHistograms, whose bounds are fixed, so
+// that snapshots subtract bucket by bucket.
+const (
+	// CommitDurationBuckets is the length of CommitHistograms.Duration.
+	CommitDurationBuckets = 14
+	// CommitRequestBuckets is the length of CommitHistograms.Requests.
+	CommitRequestBuckets = 11
+)
+
+// commitDurationBounds span a NoSync commit on tmpfs to a stuck one.
+var commitDurationBounds = [CommitDurationBuckets]time.Duration{
+	50 * time.Microsecond, 100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	time.Second, 5 * time.Second,
+}
+
+// commitRequestBounds are powers of two up to the default MaxGroupSize.
+var commitRequestBounds = [CommitRequestBuckets]uint64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+
+// CommitDurationBounds returns the upper bounds of the duration buckets:
+// 50µs, 100µs, 250µs, 500µs, 1ms, 2.5ms, 5ms, 10ms, 25ms, 50ms, 100ms,
+// 250ms, 1s, 5s. The array is a copy.
+func CommitDurationBounds() [CommitDurationBuckets]time.Duration { return commitDurationBounds }
+
+// CommitRequestBounds returns the upper bounds of the requests-per-commit
+// buckets: 1, 2, 4, ..., 1024. The array is a copy.
+func CommitRequestBounds() [CommitRequestBuckets]uint64 { return commitRequestBounds }
+
+// CommitHistograms are cumulative histograms of the commits since Open, in
+// the fixed buckets of CommitDurationBounds and CommitRequestBounds, as
+// Prometheus takes them: bucket i counts the observations at most bound i,
+// and Count is the +Inf bucket.
+type CommitHistograms struct {
+	// Count is the number of commits, of every kind.
+	Count uint64
+	// Duration[i] counts the commits that held the write lock, effects and
+	// fsync included, at most CommitDurationBounds()[i].
+	Duration [CommitDurationBuckets]uint64
+	// DurationSum is the total time of the Count commits.
+	DurationSum time.Duration
+
+	// MarkCommits is the number of commits that wrote a mark; only those
+	// enter Requests.
+	MarkCommits uint64
+	// Requests[i] counts those whose marks written were at most
+	// CommitRequestBounds()[i]: the group sizes.
+	Requests [CommitRequestBuckets]uint64
+	// RequestSum is the marks those commits wrote; over MarkCommits, the
+	// average group size.
+	RequestSum uint64
+}
+
+// Sub returns h - other: the commits between two snapshots.
+func (h CommitHistograms) Sub(other CommitHistograms) CommitHistograms {
+	d := CommitHistograms{
+		Count:       h.Count - other.Count,
+		DurationSum: h.DurationSum - other.DurationSum,
+		MarkCommits: h.MarkCommits - other.MarkCommits,
+		RequestSum:  h.RequestSum - other.RequestSum,
+	}
+	for i := range d.Duration {
+		d.Duration[i] = h.Duration[i] - other.Duration[i]
+	}
+	for i := range d.Requests {
+		d.Requests[i] = h.Requests[i] - other.Requests[i]
+	}
+	return d
+}
+
+// commitHistograms records commits under a mutex, so that a snapshot's
+// Count and buckets agree.
+type commitHistograms struct {
+	mu sync.Mutex
+	h  CommitHistograms
+	// highWater is FileStats.HighWater, read after each commit.
+	highWater atomic.Int64
+}
+
+// committedLocked records a successful commit, under writeMu, and reads the
+// file's high-water mark there, where no writer can be remapping: a
+// transaction inside Stats could deadlock a Stats called inside View.
+func (db *DB) committedLocked(began time.Time, marks int) {
+	db.stats.commitHist.record(time.Since(began), marks)
+	db.noteHighWater()
+}
+
+// noteHighWater reads the file's high-water mark; Open calls it too.
+func (db *DB) noteHighWater() {
+	_ = db.bolt.View(func(tx *bolt.Tx) error {
+		db.stats.commitHist.highWater.Store(tx.Size())
+		return nil
+	})
+}
+
+// record adds one commit that took took and wrote marks marks.
+func (c *commitHistograms) record(took time.Duration, marks int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := &c.h
+	h.Count++
+	h.DurationSum += took
+	for i, b := range commitDurationBounds {
+		if took <= b {
+			h.Duration[i]++
+		}
+	}
+	if marks <= 0 {
+		return
+	}
+	h.MarkCommits++
+	h.RequestSum += uint64(marks)
+	for i, b := range commitRequestBounds {
+		if uint64(marks) <= b {
+			h.Requests[i]++
+		}
+	}
+}
+
+func (c *commitHistograms) snapshot() CommitHistograms {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.h
+}
+
+// lookupCounts are the counters a transaction moves (refused fenced writes,
+// filter answers), published once per decision, never once per attempt.
+type lookupCounts struct {
+	fenced, bloomNegatives, bloomFalsePositives uint64
+}
+
+func (w *writeTx) counts() lookupCounts {
+	return lookupCounts{
+		fenced:              w.tx.life.Rejected(),
+		bloomNegatives:      w.bloomNegatives,
+		bloomFalsePositives: w.bloomFalsePositives,
+	}
+}
+
+func (c lookupCounts) sub(o lookupCounts) lookupCounts {
+	return lookupCounts{c.fenced - o.fenced, c.bloomNegatives - o.bloomNegatives, c.bloomFalsePositives - o.bloomFalsePositives}
+}
+
+func (s *statsCollector) addCounts(c lookupCounts) {
+	s.fencedWrites.Add(c.fenced)
+	s.bloomNegatives.Add(c.bloomNegatives)
+	s.bloomFalsePositives.Add(c.bloomFalsePositives)
+}
+
+// countLookup counts one look-up the window's filter answered: negative, or
+// a false positive. A write transaction's count goes with its outcome.
+func (db *DB) countLookup(btx *bolt.Tx, negative bool) {
+	if btx.Writable() && db.current != nil {
+		if negative {
+			db.current.bloomNegatives++
+		} else {
+			db.current.bloomFalsePositives++
+		}
+		return
+	}
+	if negative {
+		db.stats.bloomNegatives.Add(1)
+	} else {
+		db.stats.bloomFalsePositives.Add(1)
+	}
+}

@@ -1,6 +1,8 @@
 package oncekv
 
 import (
+	"time"
+
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/bucket"
@@ -8,10 +10,8 @@ import (
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// Bucket is a user bucket: a named, ordered key/value space with bbolt's
-// semantics, got from Tx.Bucket or Tx.CreateBucketIfNotExists and valid
-// until the transaction ends. It is package bucket's type (see
-// [bucket.Bucket] for the full documentation); its methods are:
+// Bucket is package bucket's [bucket.Bucket]: a user bucket, with bbolt's
+// semantics, valid until its transaction ends. Its methods:
 //
 //	Get(key []byte) []byte                                // nil when absent
 //	Put(key, value []byte) error                          // moves a versioned key's version on
@@ -25,24 +25,17 @@ import (
 //	NextSequence() (uint64, error)                        // a persisted, strictly increasing id
 //	Name() []byte
 //	Writable() bool
-//
-// Keys are at most [bucket.MaxKeySize] bytes, values [bucket.MaxValueSize].
-// A fence comes from [DB.NextFence], a claim's [Claim.Token], or any number
-// that only grows; see package fence for what the errors mean.
 type Bucket = bucket.Bucket
 
-// Cursor walks a user bucket in key order; keys and values it returns are
-// valid until the transaction ends. It is package bucket's type (see
-// [bucket.Cursor]); its methods are First, Last, Next, Prev and
-// Seek(seek []byte), each returning (key, value []byte), nil keys past
-// either end, and Delete() error, which removes the key the last move
-// returned, keeping its fence like [Bucket.Delete].
+// Cursor is package bucket's [bucket.Cursor]: First, Last, Next, Prev and
+// Seek(seek []byte) return (key, value []byte), nil keys past either end;
+// Delete() error removes the key the last move returned, keeping its fence.
 type Cursor = bucket.Cursor
 
-// Tx is a transaction on the user buckets, handed to the functions given to
-// Update, View and Apply. It reaches user buckets only: marks, fences and
-// metadata are out of its sight. A Tx and everything obtained from it must
-// not be used after that function returns.
+// Tx is a transaction on the user buckets, given to the functions of
+// Update, View and Apply; marks, fences and metadata are out of its sight.
+// It, and all obtained from it, must not be used after that function
+// returns.
 type Tx struct {
 	btx  *bolt.Tx
 	life base.Life
@@ -80,10 +73,9 @@ func (tx *Tx) CreateBucketIfNotExists(name []byte) (*Bucket, error) {
 	return b.(*Bucket), nil
 }
 
-// DeleteBucket deletes the user bucket name and all its keys. Deleting a
-// bucket that does not exist is not an error, unlike in bbolt: in oncekv
-// deleting what is not there never is (see Forget, Bucket.Delete), so a
-// cleanup that is retried after a crash converges.
+// DeleteBucket deletes the user bucket name and its keys. Deleting a bucket
+// that does not exist is not an error, unlike in bbolt, so a retried
+// cleanup converges.
 func (tx *Tx) DeleteBucket(name []byte) error {
 	if err := tx.checkWrite(); err != nil {
 		return err
@@ -108,4 +100,47 @@ func (tx *Tx) checkWrite() error {
 		return ErrTxNotWritable
 	}
 	return nil
+}
+
+// OnCommit registers fn to run after the transaction has committed and the
+// write lock is released, in the goroutine of the Update, Apply, ApplyBatch
+// or Claim.Complete call, before it returns, in registration order. fn never
+// runs for an attempt that rolled back, nor in View; a panic in fn goes on
+// in the caller, skipping later hooks. fn may call any DB method. A nil fn,
+// or one registered after the transaction ended, is ignored.
+func (tx *Tx) OnCommit(fn func()) {
+	if fn == nil || tx.life.Ended() || tx.w == nil {
+		return
+	}
+	tx.w.onCommit(fn)
+}
+
+// Now returns the store's clock as the transaction sees it: in a write
+// transaction the one reading its marks and leases use, in a read-only one
+// a fresh reading.
+func (tx *Tx) Now() time.Time {
+	if tx.w != nil {
+		return tx.w.now
+	}
+	if tx.db != nil {
+		return tx.db.clock.read()
+	}
+	return time.Time{}
+}
+
+// onCommit gives fn to the op whose effect is running, if any, so that it
+// runs in that op's caller; else to the transaction's caller.
+func (w *writeTx) onCommit(fn func()) {
+	if w.owner != nil {
+		w.owner.hooks = append(w.owner.hooks, fn)
+		return
+	}
+	w.hooks = append(w.hooks, fn)
+}
+
+// runHooks runs a committed transaction's hooks, in order, holding no lock.
+func runHooks(hooks []func()) {
+	for _, fn := range hooks {
+		fn()
+	}
 }

@@ -2,56 +2,38 @@ package oncekv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/oncekv/oncekv/internal/layout"
 )
 
-// ErrMarkOwnKey is returned by Tx.Mark (and Tx.LookupMark) called from
-// Apply's effect with the very (handler, key) that Apply is applying, or
-// from Claim.Complete's effect with the claim's own: Apply or Complete
-// writes that mark itself when the effect returns.
-var ErrMarkOwnKey = errors.New("oncekv: mark: the key is the one its Apply is applying")
-
-// Mark records req in the open write transaction exactly as Apply would
-// record it, with response as the stored response, and returns the result
-// Apply would return, so an effect (or any Update) can deduplicate work of
-// its own: an outbox message, a second handler's key.
+// Mark records req in the open write transaction as Apply would, with
+// response as the stored response, and returns Apply's result, so that an
+// effect (or an Update) can deduplicate work of its own: an outbox message,
+// a second handler's key. A key with a DONE mark writes nothing and
+// returns its response with Duplicate set; ErrKeyReuse, a *FailedError or
+// ErrInProgress answer as for Apply. Otherwise it writes a DONE mark that
+// commits or rolls back with the transaction. A key marked here is a
+// duplicate for Apply, and the reverse.
 //
-// If (req.Handler, req.Key) already has a DONE mark within the dedup
-// window, Mark writes nothing and returns its stored response with
-// Duplicate set (the caller should then skip the work), or ErrKeyReuse
-// when the mark was made with another payload; a FAILED mark returns its
-// *FailedError and a live claim ErrInProgress. Otherwise it writes a DONE
-// mark, in the window of the transaction's time (Tx.Now), which commits or
-// rolls back with the rest of the transaction. The same windows, expiry
-// and Bloom filters serve Mark and Apply: a key marked here is a duplicate
-// for Apply and the reverse, and a second Mark of the key in the same
-// transaction is a duplicate too. The filters learn the key only once the
-// transaction has committed.
-//
-// Errors, wrapped in a *RequestError naming the handler and key:
-// ErrTxNotWritable in a read-only transaction, ErrTxClosed after it ended,
-// ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrMarkOwnKey,
-// ErrResponseTooLarge for a response larger than a mark can hold (as
-// Apply), and the answers above. An error writes nothing.
+// Errors, each in a *RequestError, and then nothing is written:
+// ErrTxNotWritable, ErrTxClosed, ErrMarkOwnKey, ErrResponseTooLarge, the
+// bad input errors of Apply, and the answers above.
 func (tx *Tx) Mark(req Request, response []byte) (Result, error) {
 	res, kind, err := tx.mark(&req, response)
 	if w := tx.w; w != nil && kind != outcomeNone {
-		// Counted when (if) the transaction commits: a rolled-back group
-		// attempt runs its effects again.
+		// Counted if the transaction commits: a rolled-back attempt runs again.
 		handler, stats := req.Handler, &w.db.stats
 		w.onCommit(func() { stats.count(handler, kind) })
 	}
 	return res, requestError("mark", &req, err)
 }
 
-// LookupMark answers as Mark would, without writing: found reports that
-// (req.Handler, req.Key) has a mark that decides it (res is then Mark's
-// answer, err its error: ErrKeyReuse, a *FailedError or ErrInProgress), and
-// false means Mark would write a new mark. A caller checks first, and
-// writes only once it knows it has room, for example.
+// LookupMark answers as Mark would, without writing: found reports that the
+// key has a mark deciding it (res and err are then Mark's answer), false
+// that Mark would write a new one.
 func (tx *Tx) LookupMark(req Request) (res Result, found bool, err error) {
 	o, m, err := tx.lookup(&req)
 	if err != nil {
@@ -69,7 +51,7 @@ func (tx *Tx) lookup(req *Request) (*op, *layout.FoundMark, error) {
 		return nil, nil, err
 	}
 	w := tx.w
-	o, err := w.db.newOp(nil, req, nil)
+	o, err := w.db.newOp(context.Background(), req, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -98,19 +80,14 @@ func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
 		return o.res, o.kind, o.err
 	}
 	if err := w.db.checkResponse(len(response)); err != nil {
-		// Refused as Apply refuses it, before anything is written: the
-		// transaction is the caller's, and may commit without this mark.
+		// Refused before anything is written: the transaction may commit
+		// without this mark.
 		return Result{}, outcomeInvalid, err
 	}
 	resp := bytes.Clone(response)
 	mark := layout.Mark{State: layout.Done, PayloadHash: o.hash, Response: resp, FirstSeen: w.now.UnixNano()}
 	if found != nil {
-		// An expired claim is taken over as Apply does: it keeps its
-		// first-seen time, and rewriteMark moves it out of its window when
-		// that would expire before Retention from now, the least a mark
-		// written now is deduplicated for.
-		// The mark takes a token greater than the claim's, so the
-		// holder's late Complete gets a *FenceError with both.
+		// An expired claim is taken over as Apply does (see decideOne).
 		mark.FirstSeen = found.FirstSeen
 		if mark.Token, err = layout.NextClaimToken(w.btx); err == nil {
 			_, err = w.rewriteMark(found.Window, o.mkey, &mark)
@@ -122,25 +99,4 @@ func (tx *Tx) mark(req *Request, response []byte) (Result, outcome, error) {
 		return Result{}, outcomeAborted, fmt.Errorf("oncekv: write mark: %w", err)
 	}
 	return Result{Response: bytes.Clone(resp), FirstSeen: timeFromNano(mark.FirstSeen)}, outcomeApplied, nil
-}
-
-// NextFence issues a fencing token for resource inside the transaction:
-// the same counter as DB.NextFence, strictly greater than every token
-// issued for resource before, and committed with the transaction. If the
-// transaction rolls back, so does the counter, and the token was never
-// issued: nothing can have used it outside, since the transaction's
-// writes never became visible.
-//
-// Errors: ErrTxNotWritable in a read-only transaction, ErrTxClosed after
-// it ended, ErrResourceRequired for an empty resource, ErrKeyTooLarge for
-// one over bbolt's key limit; each names the resource.
-func (tx *Tx) NextFence(resource string) (uint64, error) {
-	if err := tx.checkWrite(); err != nil {
-		return 0, &resourceError{resource: resource, err: err}
-	}
-	token, err := layout.NextToken(tx.btx, []byte(resource))
-	if err != nil {
-		return 0, &resourceError{resource: resource, err: err}
-	}
-	return token, nil
 }

@@ -1,7 +1,9 @@
 // Package bloom is the Bloom filter oncekv keeps in front of each live
 // dedup window: a negative answer ("definitely not seen") lets an unseen
 // key skip that window's B-tree look-ups. A positive answer is only a hint
-// and must be confirmed by the exact look-up.
+// and must be confirmed by the exact look-up. The root package keeps one
+// per live window and re-exports none of this package:
+// oncekv.Options.BloomFalsePositiveRate sets the rate.
 //
 // # Hashing
 //

@@ -4,7 +4,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/base"
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 )
 
 // Errors returned for bad input to a user bucket. The root package
@@ -41,7 +41,7 @@ const (
 	MaxKeySize = bolt.MaxKeySize
 	// MaxValueSize is the largest value a bucket stores: bbolt's, less the
 	// header that carries a key's fence and version.
-	MaxValueSize = bolt.MaxValueSize - fences.EntryHeaderSize
+	MaxValueSize = bolt.MaxValueSize - fencestore.EntryHeaderSize
 	// MaxBucketNameSize is the longest bucket name: MaxKeySize less the
 	// prefix that keeps user buckets apart from oncekv's own.
 	MaxBucketNameSize = MaxKeySize - 2

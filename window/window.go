@@ -6,6 +6,10 @@
 // to the same window in every process, and a window is dropped whole once
 // even its newest possible mark is older than Retention. Dropping whole
 // windows is what keeps expiry's cost independent of the number of live keys.
+//
+// The root package places its marks with it, from Options.Retention and
+// Options.WindowSpan, and re-exports its defaults as oncekv.DefaultRetention
+// and oncekv.DefaultWindowSpan.
 package window
 
 import (

@@ -6,7 +6,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 )
 
 // UserPrefix puts user buckets apart from system buckets at the root of the
@@ -35,7 +35,7 @@ type Life struct {
 	// through the same records can create them. bbolt transactions are used
 	// by one goroutine at a time, and so is this map; it holds at most one
 	// entry per user bucket of the file.
-	keys map[string]*fences.Keys
+	keys map[string]*fencestore.Keys
 }
 
 // End marks the transaction finished.
@@ -53,14 +53,14 @@ func (l *Life) Rejected() uint64 { return l.rejected.Load() }
 
 // Keys returns the fence records of the user bucket name, opening them in
 // root (the system bucket of fences) on first use in the transaction.
-func (l *Life) Keys(root *bolt.Bucket, name []byte) *fences.Keys {
+func (l *Life) Keys(root *bolt.Bucket, name []byte) *fencestore.Keys {
 	if k := l.keys[string(name)]; k != nil {
 		return k
 	}
 	if l.keys == nil {
-		l.keys = make(map[string]*fences.Keys)
+		l.keys = make(map[string]*fencestore.Keys)
 	}
-	k := fences.OpenKeys(root, name)
+	k := fencestore.OpenKeys(root, name)
 	l.keys[string(name)] = k
 	return k
 }
@@ -79,14 +79,14 @@ var Buckets struct {
 	Check func(tx *bolt.Tx, name []byte, report func(error) error) error
 }
 
-// FenceError turns what package fences returns into oncekv's vocabulary:
+// FenceError turns what package fencestore returns into oncekv's vocabulary:
 // a record that does not decode becomes a *RecordError naming the bucket,
 // so it matches ErrCorrupt like every other bad record, and bbolt's errors
 // are mapped as everywhere else.
 func FenceError(err error) error {
-	var re *fences.RecordError
+	var re *fencestore.RecordError
 	if errors.As(err, &re) {
-		name := string(fences.Root)
+		name := string(fencestore.Root)
 		if re.Bucket != nil {
 			name += "/" + string(re.Bucket)
 		}

@@ -12,7 +12,7 @@
 //	                          time), windows record (the span) and expiry
 //	                          record (the expiry floor)
 //	oncekv.fences             per-resource fencing-token counters and per-key
-//	                          fences (see internal/fences)
+//	                          fences (see internal/fencestore)
 //	oncekv.filters            the Bloom filters of sealed windows, by window start
 //	oncekv.closed             the newest window's Bloom filter as the last clean
 //	                          Close left it, and the stamp that proves it current
@@ -44,7 +44,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/base"
-	"github.com/oncekv/oncekv/internal/fences"
+	"github.com/oncekv/oncekv/internal/fencestore"
 )
 
 // Names at the root of the bbolt file. Every bucket lives at the root, under
@@ -54,7 +54,7 @@ import (
 // deep saved two page writes of the eleven a unique Apply cost.
 var (
 	MetaRoot     = []byte("oncekv.meta")
-	FencesRoot   = fences.Root
+	FencesRoot   = fencestore.Root
 	FiltersRoot  = []byte("oncekv.filters")
 	LeasesRoot   = []byte("oncekv.leases")
 	WindowPrefix = []byte("oncekv.window/")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/envelope"
 )
 
 // State is the state of a mark, as in the article's processed_messages table.
@@ -121,8 +121,8 @@ func (m *Mark) Marshal() []byte {
 		head |= hasToken
 		n += uvarintLen(m.Token)
 	}
-	out := record.Alloc(markVersion, n)
-	b := record.Body(out)
+	out := envelope.Alloc(markVersion, n)
+	b := envelope.Body(out)
 	b[0] = head
 	copy(b[1:], m.PayloadHash[:FingerprintSize])
 	binary.LittleEndian.PutUint64(b[1+FingerprintSize:], uint64(m.FirstSeen))
@@ -144,7 +144,7 @@ func (m *Mark) Marshal() []byte {
 	if len(b) != n-fixedBody {
 		panic("oncekv: mark size miscounted") // a bug here, never input
 	}
-	record.Finish(out)
+	envelope.Finish(out)
 	return out
 }
 
@@ -160,7 +160,7 @@ var (
 // so it stays valid after the transaction that read it; besides it (and
 // the Error of a Failed mark) decoding allocates nothing.
 func (m *Mark) Unmarshal(raw []byte) error {
-	version, b, err := record.Open(raw)
+	version, b, err := envelope.Open(raw)
 	switch {
 	case err != nil:
 		return err
@@ -279,7 +279,7 @@ const legacyFields = 7
 // unmarshalLegacy decodes the msgpack mark that files before format 3
 // hold: state, 32-byte hash, response, error, lease, token, first seen.
 func (m *Mark) unmarshalLegacy(raw []byte) error {
-	return record.Unseal(raw, legacyFields, func(dec *msgpack.Decoder) error {
+	return envelope.Unseal(raw, legacyFields, func(dec *msgpack.Decoder) error {
 		state, err := dec.DecodeUint8()
 		if err != nil {
 			return err
@@ -318,7 +318,7 @@ func (m *Mark) unmarshalLegacy(raw []byte) error {
 // build never writes it: it is here so the tests can build such files and
 // check that they still read.
 func (m *Mark) MarshalLegacy() []byte {
-	return record.Seal(func(enc *msgpack.Encoder) error {
+	return envelope.Seal(func(enc *msgpack.Encoder) error {
 		return errors.Join(
 			enc.EncodeArrayLen(legacyFields),
 			enc.EncodeUint8(uint8(m.State)),

@@ -9,7 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/base"
-	"github.com/oncekv/oncekv/internal/record"
+	"github.com/oncekv/oncekv/internal/envelope"
 )
 
 // expiryKey holds the expiry record in MetaRoot.
@@ -30,14 +30,14 @@ const expiryFields = 2
 
 // Marshal encodes the record.
 func (e Expiry) Marshal() []byte {
-	return record.Seal(func(enc *msgpack.Encoder) error {
+	return envelope.Seal(func(enc *msgpack.Encoder) error {
 		return errors.Join(enc.EncodeArrayLen(expiryFields), enc.EncodeInt64(e.Floor), enc.EncodeInt64(e.ClockHigh))
 	})
 }
 
 // Unmarshal decodes and validates the record.
 func (e *Expiry) Unmarshal(raw []byte) error {
-	return record.Unseal(raw, expiryFields, func(dec *msgpack.Decoder) (err error) {
+	return envelope.Unseal(raw, expiryFields, func(dec *msgpack.Decoder) (err error) {
 		if e.Floor, err = dec.DecodeInt64(); err != nil {
 			return err
 		}
@@ -92,14 +92,14 @@ func (w *Windows) Unmarshal(raw []byte) (err error) {
 
 // sealInt64 encodes a record of one int64 field.
 func sealInt64(v int64) []byte {
-	return record.Seal(func(enc *msgpack.Encoder) error {
+	return envelope.Seal(func(enc *msgpack.Encoder) error {
 		return errors.Join(enc.EncodeArrayLen(1), enc.EncodeInt64(v))
 	})
 }
 
 // unsealInt64 decodes a record of one int64 field.
 func unsealInt64(raw []byte) (v int64, err error) {
-	err = record.Unseal(raw, 1, func(dec *msgpack.Decoder) (err error) {
+	err = envelope.Unseal(raw, 1, func(dec *msgpack.Decoder) (err error) {
 		v, err = dec.DecodeInt64()
 		return err
 	})

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/internal/base"
+	"github.com/oncekv/oncekv/internal/envelope"
 	"github.com/oncekv/oncekv/internal/layout"
-	"github.com/oncekv/oncekv/internal/record"
 )
 
 func sampleMarks() []layout.Mark {
@@ -125,9 +125,9 @@ func TestMarkDecodeRejectsNonCanonical(t *testing.T) {
 		if body == nil {
 			version, body = 3, fixed
 		}
-		raw := record.Alloc(version, len(body))
-		copy(record.Body(raw), body)
-		record.Finish(raw)
+		raw := envelope.Alloc(version, len(body))
+		copy(envelope.Body(raw), body)
+		envelope.Finish(raw)
 		var m layout.Mark
 		require.Error(t, m.Unmarshal(raw), name)
 	}

@@ -1,0 +1,108 @@
+package oncekv
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/layout"
+)
+
+// Request is one delivery of a logical operation.
+type Request struct {
+	// Handler names the operation or consumer; dedup is per (Handler, Key).
+	// Required.
+	Handler string
+	// Key is the idempotency key, created once with the intent and reused by
+	// every retry. Required. Handler and Key together fit in 32766 bytes.
+	Key string
+	// Payload is the operation's content: a later request of the key with
+	// another payload is rejected with ErrKeyReuse.
+	Payload []byte
+	// Fingerprint, when not empty, identifies the content instead of
+	// Payload's bytes, for content that can arrive as other bytes (JSON
+	// re-encoded, a send timestamp): requests of the key are then compared
+	// by it, and every delivery of the key must carry one. At most
+	// MaxFingerprintSize bytes.
+	Fingerprint []byte
+}
+
+// Result is the outcome of an applied or deduplicated request.
+type Result struct {
+	// Response is what the effect returned when it first ran, the same
+	// bytes for every duplicate (nil and empty stay distinct); the caller's.
+	Response []byte
+	// Duplicate: the key was applied before and the effect did not run.
+	Duplicate bool
+	// FirstSeen is when the mark was first written.
+	FirstSeen time.Time
+}
+
+// BatchResult is the outcome of one request of ApplyBatch.
+type BatchResult struct {
+	Result
+	Err error // this request's error, as Apply would have returned it
+}
+
+// MaxResponseSize is the largest response (with a permanent error's
+// message) a mark holds: bbolt's value limit less room for the rest of the
+// mark. A larger one fails its request with ErrResponseTooLarge.
+const MaxResponseSize = bolt.MaxValueSize - markOverhead
+
+// markOverhead bounds the rest of a mark's record: envelope, state,
+// fingerprint, integers and length prefixes (under 100 bytes).
+const markOverhead = 1 << 10
+
+// checkResponse returns ErrResponseTooLarge, naming both sizes, for n bytes
+// that do not fit in a mark, before the mark is written: the one request
+// fails, not the transaction its commit shares.
+func (db *DB) checkResponse(n int) error {
+	if n > db.maxResponse {
+		return fmt.Errorf("%w: %d bytes, more than the limit of %d", ErrResponseTooLarge, n, db.maxResponse)
+	}
+	return nil
+}
+
+// markKey validates req's handler and key and returns its mark key.
+func markKey(req *Request) ([]byte, error) {
+	switch {
+	case req.Handler == "":
+		return nil, ErrHandlerRequired
+	case req.Key == "":
+		return nil, ErrKeyRequired
+	}
+	if err := layout.CheckMarkKey(req.Handler, req.Key); err != nil {
+		return nil, err
+	}
+	return layout.MarkKey(req.Handler, req.Key), nil
+}
+
+// MaxFingerprintSize is the longest Request.Fingerprint: room for a SHA-512,
+// short enough to catch a payload passed instead.
+const MaxFingerprintSize = 64
+
+// fingerprintDomain keeps a Fingerprint's hash apart from any Payload's.
+const fingerprintDomain = "oncekv.fingerprint\x00"
+
+// fingerprint returns what req's mark stores and later requests must match:
+// the SHA-256 of the Payload, or of the Fingerprint, cut to what a mark
+// keeps (layout.Fingerprint).
+func fingerprint(req *Request) ([sha256.Size]byte, error) {
+	switch n := len(req.Fingerprint); {
+	case n == 0:
+		return layout.Fingerprint(sha256.Sum256(req.Payload)), nil
+	case n > MaxFingerprintSize:
+		return [sha256.Size]byte{}, fmt.Errorf("%w: %d bytes, over the limit of %d (pass a hash of the payload, not the payload)",
+			ErrInvalidFingerprint, n, MaxFingerprintSize)
+	}
+	h := sha256.New()
+	h.Write([]byte(fingerprintDomain))
+	h.Write(req.Fingerprint)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return layout.Fingerprint(sum), nil
+}
+
+func timeFromNano(n int64) time.Time { return time.Unix(0, n) }
