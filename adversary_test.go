@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -86,27 +85,22 @@ const bloomStep = 7 * time.Minute
 // persisted without its last keys, or a newest window rebuilt short)
 // would let the effect run again.
 func TestAdversaryBloomNoFalseNegativeAfterKill(t *testing.T) {
-	if path := os.Getenv(bloomChildEnv); path != "" {
-		bloomChild(path)
+	if isChild(bloomChildEnv, bloomChild) {
 		return
 	}
-	if testing.Short() {
-		t.Skip("spawns a child process")
-	}
+	needChildren(t)
 	path := filepath.Join(t.TempDir(), "bloom.db")
-	cmd, lines := startChild(t, "^TestAdversaryBloomNoFalseNegativeAfterKill$", bloomChildEnv, path)
+	child, lines := startChild(t, "^TestAdversaryBloomNoFalseNegativeAfterKill$", bloomChildEnv, path)
 	acked := 0
 	for acked < 400 && lines.Scan() {
 		require.True(t, strings.HasPrefix(lines.Text(), "ACK "), "child said %q", lines.Text())
 		acked++
 	}
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	for lines.Scan() {
-		if strings.HasPrefix(lines.Text(), "ACK ") {
+	require.NoError(t, child.kill(func(line string) {
+		if strings.HasPrefix(line, "ACK ") {
 			acked++
 		}
-	}
-	_ = cmd.Wait()
+	}))
 
 	keys := storedKeys(t, path)
 	require.GreaterOrEqual(t, len(keys), acked, "every acknowledged key has a mark")

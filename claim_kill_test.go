@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,10 +70,7 @@ func (g gateway) charge(t testing.TB, key string, token uint64) string {
 // it claims the charge with a long lease, calls the gateway, says so, and
 // waits to be killed before it can Complete. Run directly, it skips.
 func TestClaimHolderChild(t *testing.T) {
-	dir := os.Getenv(claimChildEnv)
-	if dir == "" {
-		t.Skip("the child of the claim kill tests")
-	}
+	dir := childOnly(t, claimChildEnv, "the claim kill tests")
 	db, err := oncekv.Open(filepath.Join(dir, "store.db"), &oncekv.Options{ExpireInterval: -1})
 	require.NoError(t, err)
 	c, err := db.Claim(context.Background(), charge, time.Hour)
@@ -89,10 +85,9 @@ func TestClaimHolderChild(t *testing.T) {
 // its gateway call. It returns the key and token the child used.
 func killHolder(t *testing.T, dir string) (string, uint64) {
 	t.Helper()
-	cmd, lines := startChild(t, "^TestClaimHolderChild$", claimChildEnv, dir)
+	child, lines := startChild(t, "^TestClaimHolderChild$", claimChildEnv, dir)
 	key, token := waitCalled(t, lines)
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	_ = cmd.Wait()
+	require.NoError(t, child.kill(nil))
 	return key, token
 }
 
@@ -117,9 +112,7 @@ func waitCalled(t *testing.T, lines *bufio.Scanner) (string, uint64) {
 // Had it been handed the token as its idempotency key, it would have seen
 // two different keys and charged twice.
 func TestClaimKilledBetweenCallAndCompleteChargesOnce(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns child processes")
-	}
+	needChildren(t)
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("KeepOrphanedClaims=%v", keep), func(t *testing.T) {
 			dir := t.TempDir()
@@ -159,9 +152,7 @@ func TestClaimKilledBetweenCallAndCompleteChargesOnce(t *testing.T) {
 // its lease (an hour here); with KeepOrphanedClaims it waits, and is told
 // until when.
 func TestOrphanedClaimReleasedAtOpen(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns child processes")
-	}
+	needChildren(t)
 	dir := t.TempDir()
 	_, deadToken := killHolder(t, dir)
 	path := filepath.Join(dir, "store.db")

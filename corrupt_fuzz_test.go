@@ -127,8 +127,7 @@ func buildPristine(t *testing.T, path string) {
 // panic on a damaged page inside the caller's own View function (which
 // stays the caller's panic, see DB.View).
 func TestCorruptedFilesNeverGiveWrongAnswers(t *testing.T) {
-	if os.Getenv(corruptChildEnv) != "" {
-		corruptChild(t)
+	if isChild(corruptChildEnv, func(spec string) { corruptChild(t, spec) }) {
 		return
 	}
 	trials := 200
@@ -247,13 +246,13 @@ func lastLines(s string, n int) string {
 	return strings.Join(l[max(0, len(l)-n):], " | ")
 }
 
-// corruptChild runs the trials named by corruptChildEnv and prints a line
-// per trial.
-func corruptChild(t *testing.T) {
+// corruptChild runs the trials spec (corruptChildEnv's value) names and
+// prints a line per trial.
+func corruptChild(t *testing.T, spec string) {
 	var pristine string
 	var first, count int
 	var seed uint64
-	_, err := fmt.Sscan(os.Getenv(corruptChildEnv), &pristine, &first, &count, &seed)
+	_, err := fmt.Sscan(spec, &pristine, &first, &count, &seed)
 	require.NoError(t, err)
 	raw, err := os.ReadFile(pristine)
 	require.NoError(t, err)

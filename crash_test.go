@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,23 +15,6 @@ import (
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
-
-// crashChildEnv names the database a re-executed test binary works on when
-// it runs as the crash test's child.
-const crashChildEnv = "ONCEKV_CRASH_CHILD_DB"
-
-// TestMain lets the test binary double as the crash test's child process.
-func TestMain(m *testing.M) {
-	if path := os.Getenv(crashChildEnv); path != "" {
-		if os.Getenv(workloadChildEnv) != "" {
-			workloadChild(path)
-			return
-		}
-		crashChild(path)
-		return
-	}
-	os.Exit(m.Run())
-}
 
 // crashChild applies increments for keys k0, k1, ... from 8 goroutines and
 // prints "ACK k" once Apply has returned for k, until it is killed.
@@ -66,13 +48,11 @@ func crashChild(path string) {
 // is durable), and the counter equals the number of keys that have marks,
 // so no effect committed without its mark or the other way round.
 func TestSIGKILLLosesNothingAndDuplicatesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns child processes")
-	}
+	needChildren(t)
 	path := filepath.Join(t.TempDir(), "crash.db")
 	acked := map[string]bool{}
 	for round := range 3 {
-		cmd, lines := startChild(t, "^$", crashChildEnv, path)
+		child, lines := startChild(t, "^$", crashChildEnv, path)
 		target := 100 + 150*round
 		n := 0
 		for n < target && lines.Scan() {
@@ -81,13 +61,11 @@ func TestSIGKILLLosesNothingAndDuplicatesNothing(t *testing.T) {
 			acked[strings.TrimPrefix(line, "ACK ")] = true
 			n++
 		}
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		for lines.Scan() { // acknowledgements already written before the kill
-			if line := lines.Text(); strings.HasPrefix(line, "ACK ") {
+		require.NoError(t, child.kill(func(line string) { // acknowledgements already written before the kill
+			if strings.HasPrefix(line, "ACK ") {
 				acked[strings.TrimPrefix(line, "ACK ")] = true
 			}
-		}
-		_ = cmd.Wait()
+		}))
 
 		db, err := oncekv.Open(path, &oncekv.Options{ExpireInterval: -1, OpenTimeout: 10 * time.Second})
 		require.NoError(t, err)

@@ -9,14 +9,12 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -557,13 +555,11 @@ const tokenChildEnv = "ONCEKV_TEST_TOKEN_CHILD_DB"
 // that the next token is greater than every token the child printed: a
 // token handed out is never handed out again, whenever the process dies.
 func TestNextFenceSurvivesSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a child process")
-	}
+	needChildren(t)
 	path := filepath.Join(t.TempDir(), "killed.db")
 	var before uint64 // the greatest token any earlier run saw
 	for run := range 3 {
-		cmd, lines := startChild(t, "^TestNextFenceChildProcess$", tokenChildEnv, path)
+		child, lines := startChild(t, "^TestNextFenceChildProcess$", tokenChildEnv, path)
 
 		var printed []uint64
 		want := 20 + run*37 // kill at a different point each run
@@ -576,10 +572,9 @@ func TestNextFenceSurvivesSIGKILL(t *testing.T) {
 			require.NoError(t, err)
 			printed = append(printed, n)
 		}
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		err := cmd.Wait()
+		require.NoError(t, child.kill(nil))
 		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "the child must die of the signal, not finish")
+		require.ErrorAs(t, child.waited, &exit, "the child must die of the signal, not finish")
 		require.Len(t, printed, want, "the child stopped early")
 		require.IsIncreasing(t, printed)
 		require.Greater(t, printed[0], before, "run %d reissued a token of an earlier run", run)
@@ -598,10 +593,7 @@ func TestNextFenceSurvivesSIGKILL(t *testing.T) {
 // TestNextFenceChildProcess is the child of TestNextFenceSurvivesSIGKILL;
 // run on its own it does nothing.
 func TestNextFenceChildProcess(t *testing.T) {
-	path := os.Getenv(tokenChildEnv)
-	if path == "" {
-		t.Skip("runs only as the child of TestNextFenceSurvivesSIGKILL")
-	}
+	path := childOnly(t, tokenChildEnv, "TestNextFenceSurvivesSIGKILL")
 	db, err := oncekv.Open(path, nil) // durable, as a real user's store
 	require.NoError(t, err)
 	deadline := time.Now().Add(time.Minute) // never outlive a parent that died

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -234,9 +233,7 @@ func BenchmarkOpenInitialMmapSize(b *testing.B) {
 					b.Fatal(err)
 				}
 				length += float64(st.Size())
-				if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-					disk += float64(sys.Blocks * 512)
-				}
+				disk += float64(diskBytes(st))
 			}
 			n := float64(b.N)
 			b.ReportMetric(vm/n/1024, "VmSize-MiB")

@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -87,17 +86,14 @@ const newestFilterChildEnv = "ONCEKV_NEWEST_FILTER_CHILD_DB"
 // persisted filter lacks those marks, so the next Open must rebuild it, and
 // every mark the child had written is a duplicate.
 func TestNewestFilterRebuiltAfterSIGKILL(t *testing.T) {
-	if path := os.Getenv(newestFilterChildEnv); path != "" {
-		newestFilterChild(path)
+	if isChild(newestFilterChildEnv, newestFilterChild) {
 		return
 	}
-	if testing.Short() {
-		t.Skip("spawns a child process")
-	}
+	needChildren(t)
 	clock := oncetest.NewClock(newestFilterEpoch)
 	path := closedStore(t, clock, "parent", 200)
 
-	cmd, lines := startChild(t, "^TestNewestFilterRebuiltAfterSIGKILL$", newestFilterChildEnv, path)
+	child, lines := startChild(t, "^TestNewestFilterRebuiltAfterSIGKILL$", newestFilterChildEnv, path)
 	var acked []string
 	for lines.Scan() {
 		line := lines.Text()
@@ -108,8 +104,7 @@ func TestNewestFilterRebuiltAfterSIGKILL(t *testing.T) {
 		require.Equal(t, "READY", line)
 		break
 	}
-	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-	_ = cmd.Wait()
+	require.NoError(t, child.kill(nil))
 	require.Len(t, acked, 300, "the child acknowledged every mark")
 
 	db, err := oncekv.Open(path, newestFilterOpts(clock))

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -20,23 +19,6 @@ import (
 // below fail or kill at: page and meta writes, their fdatasync, and the
 // ftruncate that grows the file.
 var faultSyscalls = []string{"fdatasync", "pwrite64", "ftruncate"}
-
-// needStrace returns strace's path, or skips the test when strace cannot
-// run here (.ci/run installs it; a container may forbid ptrace).
-func needStrace(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("spawns child processes under strace")
-	}
-	path, err := exec.LookPath("strace")
-	if err != nil {
-		t.Skip("strace is not installed (apt-get install strace; .ci/run does it): skipping system-call fault injection")
-	}
-	if out, err := exec.Command(path, "-f", "-qq", "-o", os.DevNull, "true").CombinedOutput(); err != nil {
-		t.Skipf("strace cannot trace here (%v: %s): skipping system-call fault injection", err, out)
-	}
-	return path
-}
 
 // straceArgs is the command prefix that runs a child under strace with
 // expr as its -e inject expression (none when empty), tracing only the

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -442,13 +441,10 @@ var clockStart = epoch.Add(9 * time.Hour)
 // SIGKILL. Reopened on a clock stepped back to inside the old lease, the
 // store does not revive the lease: the key is taken over at once.
 func TestClockHighWaterSurvivesSIGKILL(t *testing.T) {
-	if spec := os.Getenv(clockChildEnv); spec != "" {
-		clockChild(spec)
+	if isChild(clockChildEnv, clockChild) {
 		return
 	}
-	if testing.Short() {
-		t.Skip("spawns child processes")
-	}
+	needChildren(t)
 	for _, tc := range []struct{ lease, past, back time.Duration }{
 		{time.Minute, 29 * time.Minute, 30 * time.Second},
 		{10 * time.Second, 5 * time.Second, 9 * time.Second},
@@ -457,11 +453,10 @@ func TestClockHighWaterSurvivesSIGKILL(t *testing.T) {
 		t.Run(fmt.Sprintf("lease-%v-seen-expired-%v-later-back-to-%v", tc.lease, tc.past, tc.back), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "x.db")
 			spec := fmt.Sprintf("%s|%d|%d", path, tc.lease, tc.past)
-			cmd, lines := startChild(t, "^TestClockHighWaterSurvivesSIGKILL$", clockChildEnv, spec)
+			child, lines := startChild(t, "^TestClockHighWaterSurvivesSIGKILL$", clockChildEnv, spec)
 			require.True(t, lines.Scan(), "the child said nothing")
 			require.Equal(t, "READY", lines.Text())
-			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-			_ = cmd.Wait()
+			require.NoError(t, child.kill(nil))
 
 			clock := oncetest.NewClock(clockStart.Add(tc.back)) // stepped back to inside the old lease
 			db, err := oncekv.Open(path, timeOpts(clock, time.Hour, 24*time.Hour))
