@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -270,4 +271,135 @@ func assertNoError(t *testing.T, err error) bool {
 		return false
 	}
 	return true
+}
+
+// TestReviewNilAndEmptyResponsesStayDistinct: Result.Response promises nil
+// and empty stay distinct, on every path a duplicate can be answered by:
+// the cache filled by the commit, a read transaction after reopen, and the
+// cache filled by that read.
+func TestReviewNilAndEmptyResponsesStayDistinct(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "r.db")
+	opts := &oncekv.Options{NoSync: true, ExpireInterval: -1}
+	db, err := oncekv.Open(path, opts)
+	require.NoError(t, err)
+	cases := map[string][]byte{"nil": nil, "empty": {}}
+	check := func(when string) {
+		for key, want := range cases {
+			res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: key}, mustNotApply(t))
+			require.NoError(t, err)
+			require.True(t, res.Duplicate)
+			require.Equal(t, want == nil, res.Response == nil, "%s response %s: %#v", key, when, res.Response)
+			require.Empty(t, res.Response)
+		}
+	}
+	for key, resp := range cases {
+		res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: key}, func(*oncekv.Tx) ([]byte, error) { return resp, nil })
+		require.NoError(t, err)
+		require.Equal(t, resp == nil, res.Response == nil, key)
+	}
+	check("cached by the commit")
+	require.NoError(t, db.Close())
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	defer db.Close()
+	check("read after reopen")
+	check("cached by the read")
+}
+
+// TestReviewDuplicatesNeverStaleWhateverWrote: as
+// TestDuplicateAnswersNeverStaleUnderConcurrency, with the key written
+// afresh each round by another of the ways a final mark is written (Apply,
+// Tx.Mark, a claim completed, a released claim taken over by Apply,
+// LoadMarks, a permanent failure), while readers send duplicates. A
+// duplicate must never carry a round older than the last one written before
+// it was sent, nor one forgotten before it was sent.
+func TestReviewDuplicatesNeverStaleWhateverWrote(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
+	ctx := context.Background()
+	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
+	var rounds roundsSeen
+	rounds.written.Store(-1)
+	rounds.forgotten.Store(-1)
+	readers, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var dups atomic.Int64
+	for range 3 {
+		wg.Go(func() { dups.Add(rounds.read(readers, t, db, req)) })
+	}
+	// Before the store closes, even when the writer fails the test.
+	t.Cleanup(func() { stop(); wg.Wait() })
+	for i := range int64(240) {
+		resp := []byte(strconv.FormatInt(i, 10))
+		switch i % 6 {
+		case 0:
+			_, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return resp, nil })
+			require.NoError(t, err)
+		case 1:
+			require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+				_, err := tx.Mark(req, resp)
+				return err
+			}))
+		case 2:
+			c, err := db.Claim(ctx, req, time.Hour)
+			require.NoError(t, err)
+			_, err = c.Complete(ctx, resp, nil)
+			require.NoError(t, err)
+		case 3:
+			c, err := db.Claim(ctx, req, time.Hour)
+			require.NoError(t, err)
+			require.NoError(t, db.ReleaseClaim("h", "k", c.Token()))
+			_, err = db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return resp, nil })
+			require.NoError(t, err)
+		case 4:
+			n, err := db.LoadMarks([]oncekv.MarkInfo{{Handler: "h", Key: "k", State: oncekv.MarkDone,
+				FirstSeen: db.Now(), Fingerprint: sha256.Sum256(req.Payload), Response: resp}})
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		case 5:
+			_, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return nil, oncekv.Permanent(errors.New(string(resp))) })
+			var fe *oncekv.FailedError
+			require.ErrorAs(t, err, &fe)
+		}
+		rounds.written.Store(i)
+		for range 3 { // let the readers fill the cache
+			_, _ = db.Apply(ctx, req, nil)
+		}
+		require.NoError(t, db.Forget("h", "k"))
+		rounds.forgotten.Store(i)
+	}
+	stop()
+	wg.Wait()
+	require.Positive(t, dups.Load())
+}
+
+// roundsSeen is the last round of a key written and forgotten, as the
+// writer of TestReviewDuplicatesNeverStaleWhateverWrote publishes them.
+type roundsSeen struct{ written, forgotten atomic.Int64 }
+
+// read sends duplicates of req until ctx ends, checks that each answer is
+// no older than the rounds published before it was sent, and returns how
+// many duplicates it checked.
+func (r *roundsSeen) read(ctx context.Context, t *testing.T, db *oncekv.DB, req oncekv.Request) int64 {
+	errUnmarked := errors.New("a reader's effect: the key has no final mark")
+	var n int64
+	for ctx.Err() == nil {
+		forgotten, written := r.forgotten.Load(), r.written.Load()
+		res, err := db.Apply(context.Background(), req, func(*oncekv.Tx) ([]byte, error) { return nil, errUnmarked })
+		if errors.Is(err, errUnmarked) || errors.Is(err, oncekv.ErrInProgress) {
+			continue
+		}
+		answer := string(res.Response)
+		if fe := (*oncekv.FailedError)(nil); errors.As(err, &fe) {
+			answer = fe.Message
+		} else if !assertNoError(t, err) {
+			return n
+		}
+		if round, perr := strconv.ParseInt(answer, 10, 64); perr != nil || round < written || round <= forgotten {
+			t.Errorf("stale duplicate: round %q, sent after round %d was written and %d forgotten", answer, written, forgotten)
+			return n
+		}
+		n++
+	}
+	return n
 }

@@ -1,7 +1,6 @@
 package oncekv_test
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -41,19 +40,4 @@ func BenchmarkClockSave(b *testing.B) {
 	n := float64(b.N)
 	b.ReportMetric(float64(oncekv.PagesWritten(dbRare)-pagesRare)/n, "saved-once-a-second-pages/op")
 	b.ReportMetric(float64(oncekv.PagesWritten(dbEvery)-pagesEvery)/n, "saved-every-commit-pages/op")
-}
-
-// BenchmarkManyWindows measures a unique Apply (sync off) on a store with
-// 168 live windows (7 days of 1h, the default) against one with MaxWindows
-// live windows, 20 marks each, with the Bloom filters on and off: what
-// the limit on Retention/WindowSpan lets a store cost at worst.
-func BenchmarkManyWindows(b *testing.B) {
-	for _, filters := range []bool{true, false} {
-		b.Run(fmt.Sprintf("bloom=%v/windows=168-vs-%d", filters, oncekv.MaxWindows), func(b *testing.B) {
-			few := openWindows(b, filters, 168, 20, 168*time.Hour)
-			many := openWindows(b, filters, oncekv.MaxWindows, 20, oncekv.MaxWindows*time.Hour)
-			pair(b, 1, "168-windows", func(i uint64) { applyUnique(b, few, i) },
-				fmt.Sprintf("%d-windows", oncekv.MaxWindows), func(i uint64) { applyUnique(b, many, i) })
-		})
-	}
 }

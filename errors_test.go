@@ -118,27 +118,3 @@ func TestForeignPermanentIsRecorded(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
 }
-
-// TestNowIsTheStoresClock: DB.Now is Options.Now, and never goes back.
-func TestNowIsTheStoresClock(t *testing.T) {
-	db, clock := openClocked(t)
-	require.Equal(t, claimEpoch, db.Now())
-	clock.Advance(time.Minute)
-	require.Equal(t, claimEpoch.Add(time.Minute), db.Now())
-	clock.Advance(-time.Hour) // NTP steps the clock back
-	require.Equal(t, claimEpoch.Add(time.Minute), db.Now(), "a step back is not seen")
-	clock.Advance(time.Hour + time.Second)
-	require.Equal(t, claimEpoch.Add(time.Minute+time.Second), db.Now())
-}
-
-// TestSyncForNoSync: Sync works on a NoSync store and after Close says so.
-func TestSyncForNoSync(t *testing.T) {
-	path := t.TempDir() + "/s.db"
-	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
-	require.NoError(t, err)
-	_, err = db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "k"}, nil)
-	require.NoError(t, err)
-	require.NoError(t, db.Sync())
-	require.NoError(t, db.Close())
-	require.ErrorIs(t, db.Sync(), oncekv.ErrClosed)
-}

@@ -3,68 +3,20 @@ package oncekv_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
-	"pgregory.net/rapid"
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
-
-// The Bloom filters as adversaries. A filter may only ever say "maybe"
-// where it could say "no"; these hooks do so always, or on a coin toss.
-// Correctness must not change: the filter is a hint that saves a B-tree
-// read, never a source of truth. Each is built from the seed its test
-// logs, so that a failure can be replayed.
-var adversaries = map[string]func(seed uint64) func(bool) bool{
-	"always-maybe":        func(uint64) func(bool) bool { return func(bool) bool { return true } },
-	"half-false-positive": coinToss,
-}
-
-// coinToss answers "maybe" half of the time, from a generator seeded with
-// seed. Many goroutines ask at once, so it takes turns.
-func coinToss(seed uint64) func(bool) bool {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(seed, 0xc01))
-	return func(bool) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return rng.IntN(2) == 0
-	}
-}
-
-// TestAdversaryHistory runs the linearizability test of history_test.go
-// with each adversarial filter, each for a quarter of its duration.
-func TestAdversaryHistory(t *testing.T) {
-	for name, adversary := range adversaries {
-		t.Run(name, func(t *testing.T) { runHistory(t, historyDuration(t, 0.25), adversary) })
-	}
-}
-
-// TestAdversaryModel runs the model state machine of
-// reliability_model_test.go with each adversarial filter, a quarter of
-// the plain test's checks each.
-func TestAdversaryModel(t *testing.T) {
-	for name, adversary := range adversaries {
-		t.Run(name, func(t *testing.T) {
-			withRapidChecks(t, modelChecks/4, func() {
-				rapid.Check(t, func(rt *rapid.T) {
-					// Drawn, so rapid's own seed replays the filter's answers.
-					runModel(t, rt, adversary(rapid.Uint64().Draw(rt, "filter seed")))
-				})
-			})
-		})
-	}
-}
 
 // bloomChildEnv names the file a re-executed test binary fills as the
 // child of TestAdversaryBloomNoFalseNegativeAfterKill.
@@ -183,4 +135,72 @@ func probeStored(t *testing.T, db *oncekv.DB, keys [][2]string, when string) {
 		require.NoError(t, err, "%s: key %s/%s", when, k[0], k[1])
 		require.True(t, res.Duplicate, "%s: key %s/%s", when, k[0], k[1])
 	}
+}
+
+// newestFilterChildEnv tells a re-executed test binary to run
+// newestFilterChild on the store it names.
+const newestFilterChildEnv = "ONCEKV_NEWEST_FILTER_CHILD_DB"
+
+// TestNewestFilterRebuiltAfterSIGKILL: a store is closed cleanly, so it
+// holds a persisted filter of its newest window; a child process reopens
+// it, writes marks into that window and is killed with SIGKILL. The
+// persisted filter lacks those marks, so the next Open must rebuild it, and
+// every mark the child had written is a duplicate.
+func TestNewestFilterRebuiltAfterSIGKILL(t *testing.T) {
+	if isChild(newestFilterChildEnv, newestFilterChild) {
+		return
+	}
+	needChildren(t)
+	clock := oncetest.NewClock(newestFilterEpoch)
+	path := closedStore(t, clock, "parent", 200)
+
+	child, lines := startChild(t, "^TestNewestFilterRebuiltAfterSIGKILL$", newestFilterChildEnv, path)
+	var acked []string
+	for lines.Scan() {
+		line := lines.Text()
+		if key, ok := strings.CutPrefix(line, "ACK "); ok {
+			acked = append(acked, key)
+			continue
+		}
+		require.Equal(t, "READY", line)
+		break
+	}
+	require.NoError(t, child.kill(nil))
+	require.Len(t, acked, 300, "the child acknowledged every mark")
+
+	db, err := oncekv.Open(path, newestFilterOpts(clock))
+	require.NoError(t, err)
+	defer db.Close()
+	for _, key := range acked {
+		res, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: key, Payload: []byte(key)}, mustNotRunApply(t))
+		require.NoError(t, err)
+		require.True(t, res.Duplicate, key)
+		require.Equal(t, key, string(res.Response))
+	}
+	require.Zero(t, applyKeys(t, db, "parent", 200, 4))
+	require.Equal(t, 1, oncekv.FiltersRebuiltAtOpen(db), "the persisted filter predates the child's marks")
+}
+
+// newestFilterChild reopens the store at path on the parent's clock (so its
+// marks go into the same newest window), applies child0 ... child299 one by
+// one, durably, printing "ACK key" after each, says READY and waits to be
+// killed.
+func newestFilterChild(path string) {
+	db, err := oncekv.Open(path, newestFilterOpts(oncetest.NewClock(newestFilterEpoch)))
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(1)
+	}
+	for i := range 300 {
+		key := "child" + strconv.Itoa(i)
+		_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: key, Payload: []byte(key)},
+			func(*oncekv.Tx) ([]byte, error) { return []byte(key), nil })
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("ACK", key)
+	}
+	fmt.Println("READY")
+	select {}
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -74,74 +74,6 @@ func TestCleanCloseLoadsNewestFilter(t *testing.T) {
 	require.Zero(t, oncekv.FiltersRebuiltAtOpen(db), "Close persisted the filter with the new marks")
 	require.Zero(t, applyKeys(t, db, "a", 3000, 2)+applyKeys(t, db, "b", 100, 2))
 	require.Equal(t, 1, applyKeys(t, db, "c", 1, 1), "an unseen key still runs")
-}
-
-// newestFilterChildEnv tells a re-executed test binary to run
-// newestFilterChild on the store it names.
-const newestFilterChildEnv = "ONCEKV_NEWEST_FILTER_CHILD_DB"
-
-// TestNewestFilterRebuiltAfterSIGKILL: a store is closed cleanly, so it
-// holds a persisted filter of its newest window; a child process reopens
-// it, writes marks into that window and is killed with SIGKILL. The
-// persisted filter lacks those marks, so the next Open must rebuild it, and
-// every mark the child had written is a duplicate.
-func TestNewestFilterRebuiltAfterSIGKILL(t *testing.T) {
-	if isChild(newestFilterChildEnv, newestFilterChild) {
-		return
-	}
-	needChildren(t)
-	clock := oncetest.NewClock(newestFilterEpoch)
-	path := closedStore(t, clock, "parent", 200)
-
-	child, lines := startChild(t, "^TestNewestFilterRebuiltAfterSIGKILL$", newestFilterChildEnv, path)
-	var acked []string
-	for lines.Scan() {
-		line := lines.Text()
-		if key, ok := strings.CutPrefix(line, "ACK "); ok {
-			acked = append(acked, key)
-			continue
-		}
-		require.Equal(t, "READY", line)
-		break
-	}
-	require.NoError(t, child.kill(nil))
-	require.Len(t, acked, 300, "the child acknowledged every mark")
-
-	db, err := oncekv.Open(path, newestFilterOpts(clock))
-	require.NoError(t, err)
-	defer db.Close()
-	for _, key := range acked {
-		res, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: key, Payload: []byte(key)}, mustNotRunApply(t))
-		require.NoError(t, err)
-		require.True(t, res.Duplicate, key)
-		require.Equal(t, key, string(res.Response))
-	}
-	require.Zero(t, applyKeys(t, db, "parent", 200, 4))
-	require.Equal(t, 1, oncekv.FiltersRebuiltAtOpen(db), "the persisted filter predates the child's marks")
-}
-
-// newestFilterChild reopens the store at path on the parent's clock (so its
-// marks go into the same newest window), applies child0 ... child299 one by
-// one, durably, printing "ACK key" after each, says READY and waits to be
-// killed.
-func newestFilterChild(path string) {
-	db, err := oncekv.Open(path, newestFilterOpts(oncetest.NewClock(newestFilterEpoch)))
-	if err != nil {
-		fmt.Println("ERR", err)
-		os.Exit(1)
-	}
-	for i := range 300 {
-		key := "child" + strconv.Itoa(i)
-		_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: key, Payload: []byte(key)},
-			func(*oncekv.Tx) ([]byte, error) { return []byte(key), nil })
-		if err != nil {
-			fmt.Println("ERR", err)
-			os.Exit(1)
-		}
-		fmt.Println("ACK", key)
-	}
-	fmt.Println("READY")
-	select {}
 }
 
 // TestDamagedNewestFilterIsRebuilt: a persisted newest-window filter or
@@ -310,4 +242,227 @@ func dropPersistedFilters(t *testing.T, path string) {
 		}
 		return nil
 	})
+}
+
+// TestReopenLoadsSealedFiltersAndRebuildsTheRest checks that a reopened store
+// answers exactly as before: filters persisted for sealed windows, the
+// newest one rebuilt, and a damaged persisted filter rebuilt too.
+func TestReopenLoadsSealedFiltersAndRebuildsTheRest(t *testing.T) {
+	clock := oncetest.NewClock(epoch)
+	opts := windowOpts(clock)
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := oncekv.Open(path, opts)
+	require.NoError(t, err)
+	var keys []string
+	for hour := range 5 {
+		for i := range 300 {
+			k := fmt.Sprintf("h%d-%d", hour, i)
+			keys = append(keys, k)
+			applyKey(t, db, k)
+		}
+		clock.Advance(time.Hour)
+	}
+	before := db.Stats()
+	require.NoError(t, db.Close())
+
+	probe := func(db *oncekv.DB) oncekv.Stats {
+		start := db.Stats()
+		for _, k := range keys {
+			require.True(t, applyKey(t, db, k).Duplicate, k)
+		}
+		for i := range 2000 {
+			res, err := db.Apply(context.Background(), oncekv.Request{Handler: "probe", Key: fmt.Sprint(i)}, nil)
+			require.NoError(t, err)
+			require.False(t, res.Duplicate)
+		}
+		return db.Stats().Sub(start)
+	}
+
+	// A copy with every persisted filter damaged: Open must rebuild them,
+	// not trust them.
+	damaged := filepath.Join(t.TempDir(), "damaged.db")
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(damaged, raw, 0o600))
+	b, err := bolt.Open(damaged, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		f := tx.Bucket(layout.FiltersRoot)
+		n := 0
+		require.NoError(t, f.ForEach(func(k, v []byte) error {
+			n++
+			v = append([]byte(nil), v...)
+			v[len(v)/2] ^= 0xff
+			return f.Put(append([]byte(nil), k...), v)
+		}))
+		require.Equal(t, 4, n, "the four sealed windows have persisted filters")
+		return nil
+	}))
+	require.NoError(t, b.Close())
+
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	require.Equal(t, before.Windows, db.Stats().Windows, "same windows, marks and filter sizes after reopen")
+	loaded := probe(db)
+	require.NoError(t, db.Close())
+	oncetest.Check(t, path)
+
+	db, err = oncekv.Open(damaged, opts)
+	require.NoError(t, err)
+	rebuilt := probe(db)
+	require.NoError(t, db.Close())
+
+	require.Positive(t, loaded.BloomNegatives)
+	require.Less(t, float64(loaded.BloomFalsePositives), 0.03*float64(loaded.BloomNegatives+loaded.BloomFalsePositives))
+	require.InDelta(t, float64(loaded.BloomNegatives), float64(rebuilt.BloomNegatives), 0.02*float64(loaded.BloomNegatives),
+		"persisted and rebuilt filters rule out about as many look-ups")
+}
+
+func TestFiltersDisabledStayCorrect(t *testing.T) {
+	clock := oncetest.NewClock(epoch)
+	opts := windowOpts(clock)
+	opts.BloomFalsePositiveRate = -1
+	db := oncetest.Open(t, opts)
+	for hour := range 3 {
+		applyKey(t, db, fmt.Sprint("k", hour))
+		clock.Advance(time.Hour)
+	}
+	for hour := range 3 {
+		require.True(t, applyKey(t, db, fmt.Sprint("k", hour)).Duplicate)
+	}
+	st := db.Stats()
+	require.Zero(t, st.BloomNegatives)
+	for _, w := range st.Windows {
+		require.Zero(t, w.FilterBytes)
+	}
+}
+
+// TestFiltersBucketIsChecked: a new file has the filters bucket from the
+// start, and a current-format file without it is corrupt: Open says so,
+// naming the bucket, and writes nothing.
+func TestFiltersBucketIsChecked(t *testing.T) {
+	clock := oncetest.NewClock(epoch)
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := oncekv.Open(path, timeOpts(clock, time.Hour, 24*time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		require.NotNil(t, tx.Bucket(layout.FiltersRoot), "created with the file")
+		return tx.DeleteBucket(layout.FiltersRoot)
+	}))
+	require.NoError(t, b.Close())
+
+	_, err = oncekv.Open(path, timeOpts(clock, time.Hour, 24*time.Hour))
+	require.ErrorIs(t, err, oncekv.ErrCorrupt)
+	require.Contains(t, err.Error(), "oncekv.filters")
+	require.Equal(t, uint32(layout.FormatVersion), fileFormat(t, path).Version)
+}
+
+// fileTxID is the last committed bbolt transaction of the closed file at
+// path.
+func fileTxID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer b.Close()
+	tx, err := b.Begin(false)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	return tx.ID()
+}
+
+// liveTxID is the last committed transaction of the open store db, read
+// from a backup of it (a backup keeps its source's transaction number).
+func liveTxID(t *testing.T, db *oncekv.DB) int {
+	t.Helper()
+	probe := filepath.Join(t.TempDir(), "probe.db")
+	_, err := db.BackupFile(probe)
+	require.NoError(t, err)
+	return fileTxID(t, probe)
+}
+
+// TestCompactedStoreNeverTrustsAStaleNewestFilter: bbolt's compaction
+// numbers transactions afresh, so a compacted store's transactions later
+// pass the number the copied filter stamp holds. A store that, at that very
+// transaction, has as many marks in a small (inline, root page 0) newest
+// window as when the filter was written, but another set of them, must not
+// load that filter: a backup taken then, opened elsewhere, would answer a
+// key the filter never learnt as unseen and run its effect a second time.
+// The store that writes the copy may run with its filters off.
+func TestCompactedStoreNeverTrustsAStaleNewestFilter(t *testing.T) {
+	for _, filters := range []bool{true, false} {
+		t.Run(map[bool]string{true: "filters on", false: "filters off"}[filters], func(t *testing.T) {
+			compactedStaleFilter(t, filters)
+		})
+	}
+}
+
+func compactedStaleFilter(t *testing.T, filters bool) {
+	ctx := context.Background()
+	clock := oncetest.NewClock(newestFilterEpoch)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.db")
+	opts := newestFilterOpts(clock)
+	db, err := oncekv.Open(src, opts)
+	require.NoError(t, err)
+	for _, k := range []string{"a", "b", "c"} {
+		applyKey(t, db, k)
+	}
+	// Enough commits that the stamp's number is well past what the
+	// compacted copy starts at.
+	for range 40 {
+		require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+			b, err := tx.CreateBucketIfNotExists([]byte("user"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("k"), []byte("v"))
+		}))
+	}
+	require.NoError(t, db.Close()) // persists the filter of {a, b, c}
+	stamped := fileTxID(t, src)
+
+	dst := filepath.Join(dir, "dst.db")
+	from, err := bolt.Open(src, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	to, err := bolt.Open(dst, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, bolt.Compact(to, from, 64<<20))
+	require.NoError(t, to.Close())
+	require.NoError(t, from.Close())
+	require.Less(t, fileTxID(t, dst), stamped)
+
+	writer := *opts
+	if !filters {
+		writer.BloomFalsePositiveRate = -1
+	}
+	db, err = oncekv.Open(dst, &writer)
+	require.NoError(t, err)
+	require.NoError(t, db.Forget("h", "a"))
+	runs := 0
+	_, err = db.Apply(ctx, oncekv.Request{Handler: "h", Key: "d", Payload: []byte("d")}, counted(&runs))
+	require.NoError(t, err)
+	require.Equal(t, 1, runs)
+	// Commit outside the windows until the file is at the stamp's number.
+	for now := liveTxID(t, db); now < stamped; now++ {
+		require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+			return tx.Bucket([]byte("user")).Put([]byte("k"), []byte("w"))
+		}))
+	}
+	copyPath := filepath.Join(dir, "copy.db")
+	_, err = db.BackupFile(copyPath)
+	require.NoError(t, err)
+	require.Equal(t, stamped, fileTxID(t, copyPath))
+	require.NoError(t, db.Close())
+
+	elsewhere, err := oncekv.Open(copyPath, opts)
+	require.NoError(t, err)
+	defer elsewhere.Close()
+	res, err := elsewhere.Apply(ctx, oncekv.Request{Handler: "h", Key: "d", Payload: []byte("d")}, counted(&runs))
+	require.NoError(t, err)
+	require.True(t, res.Duplicate, "d's effect ran twice: the copy trusted a filter written before d")
+	require.Equal(t, 1, runs)
 }

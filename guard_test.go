@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -224,104 +223,4 @@ func TestPanickingErrorInGroupHarmsOnlyItsCaller(t *testing.T) {
 	}
 	require.Equal(t, uint64(followers), balance(t, db, "acct"), "the leader and every other follower applied")
 	requireHealthy(t, db, "next")
-}
-
-// TestGoexitInEffectDoesNotWedgeTheStore: an effect that calls
-// runtime.Goexit (t.FailNow, require.* from a test) ends its caller's
-// goroutine; every lock is released, nothing of the effect is recorded, and
-// the next write and Close go through.
-func TestGoexitInEffectDoesNotWedgeTheStore(t *testing.T) {
-	ctx := context.Background()
-	goexit := func(tx *oncekv.Tx) ([]byte, error) {
-		if _, err := deposit("acct", 100)(tx); err != nil {
-			return nil, err
-		}
-		runtime.Goexit()
-		return nil, nil
-	}
-	cases := map[string]func(db *oncekv.DB){
-		"Apply": func(db *oncekv.DB) {
-			_, _ = db.Apply(ctx, oncekv.Request{Handler: "h", Key: "k"}, goexit)
-		},
-		"ApplyBatch": func(db *oncekv.DB) {
-			reqs := []oncekv.Request{{Handler: "h", Key: "a"}, {Handler: "h", Key: "k"}}
-			_, _ = db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, i int) ([]byte, error) { return goexit(tx) })
-		},
-		"Update": func(db *oncekv.DB) {
-			_ = db.Update(func(tx *oncekv.Tx) error { _, err := goexit(tx); return err })
-		},
-		"Claim.Complete": func(db *oncekv.DB) {
-			c, err := db.Claim(ctx, oncekv.Request{Handler: "h", Key: "k"}, time.Hour)
-			if err != nil {
-				return
-			}
-			_, _ = c.Complete(ctx, []byte("r"), func(tx *oncekv.Tx) error { _, err := goexit(tx); return err })
-		},
-	}
-	for name, call := range cases {
-		t.Run(name, func(t *testing.T) {
-			db := openUnchecked(t)
-			returned, p := mustWithin(t, name, func() { call(db) })
-			require.False(t, returned, "the caller's goroutine exits, as Goexit demands")
-			require.Nil(t, p)
-			require.Zero(t, balance(t, db, "acct"), "the effect's writes rolled back")
-			requireHealthy(t, db, "next")
-		})
-	}
-}
-
-// TestGoexitInGroupMemberEndsOnlyThatCaller: under group commit one
-// goroutine (the leader) commits the requests of every caller in the group.
-// An effect that calls runtime.Goexit must end its own caller's goroutine
-// only, never the leader's (when it is a follower's) nor the followers'
-// (when it is the leader's); everyone else completes.
-func TestGoexitInGroupMemberEndsOnlyThatCaller(t *testing.T) {
-	const followers = 4
-	for _, bad := range []int{-1, 0, 3} { // the leader, the first follower, a later one
-		t.Run(fmt.Sprint("caller ", bad), func(t *testing.T) {
-			db := openUnchecked(t)
-			ctx := context.Background()
-			entered, release := make(chan struct{}), make(chan struct{})
-			returned := make([]bool, 1+followers) // the leader, then the followers
-			errs := make([]error, 1+followers)
-			apply := func(i int, effect func(tx *oncekv.Tx) ([]byte, error)) {
-				returned[i+1], _, _ = within(t, "Apply", func() {
-					_, errs[i+1] = db.Apply(ctx, oncekv.Request{Handler: "h", Key: fmt.Sprint("k", i)}, func(tx *oncekv.Tx) ([]byte, error) {
-						if _, err := effect(tx); err != nil {
-							return nil, err
-						}
-						if i == bad {
-							runtime.Goexit()
-						}
-						return deposit("acct", 1)(tx)
-					})
-				})
-			}
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				apply(-1, func(*oncekv.Tx) ([]byte, error) {
-					close(entered)
-					<-release
-					return nil, nil
-				})
-			})
-			<-entered
-			for i := range followers {
-				wg.Go(func() { apply(i, func(*oncekv.Tx) ([]byte, error) { return nil, nil }) })
-			}
-			require.Eventually(t, func() bool { return oncekv.QueuedApplies(db) == followers }, hangLimit, time.Millisecond)
-			close(release)
-			wg.Wait()
-			for i := range returned {
-				if i == bad+1 {
-					require.False(t, returned[i], "the caller whose effect called Goexit exits")
-					continue
-				}
-				require.True(t, returned[i], "caller %d", i-1)
-				require.NoError(t, errs[i])
-			}
-			require.Equal(t, uint64(followers), balance(t, db, "acct"), "everyone but the one that called Goexit applied")
-			requireHealthy(t, db, "next")
-		})
-	}
 }

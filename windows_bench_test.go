@@ -6,15 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -95,106 +90,17 @@ func openWindows(b *testing.B, filters bool, windows, perWindow int, retention t
 	return db
 }
 
-// BenchmarkExpireLargeWindow expires one window of benchMarks marks while
-// another goroutine keeps applying new keys, and reports the expiry's time,
-// its longest step, and the longest a concurrent Apply took. Run it with
-// -benchtime 1x.
-func BenchmarkExpireLargeWindow(b *testing.B) {
-	n := benchMarks(b)
-	b.StopTimer() // only Expire itself is timed
-	for range b.N {
-		clock := oncetest.NewClock(epoch)
-		db, err := oncekv.Open(filepath.Join(b.TempDir(), "x.db"), &oncekv.Options{NoSync: true, Now: clock.Now, ExpireInterval: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		fill(b, db, clock, n, 1, time.Hour)
-		clock.Advance(8 * 24 * time.Hour)
-
-		var stop atomic.Bool
-		var worst time.Duration
-		var writes int
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for i := 0; !stop.Load(); i++ {
-				began := time.Now()
-				if _, err := db.Apply(context.Background(), oncekv.Request{Handler: "live", Key: strconv.Itoa(i)}, nil); err != nil {
-					b.Error(err)
-					return
-				}
-				worst = max(worst, time.Since(began))
-				writes++
-			}
+// BenchmarkManyWindows measures a unique Apply (sync off) on a store with
+// 168 live windows (7 days of 1h, the default) against one with MaxWindows
+// live windows, 20 marks each, with the Bloom filters on and off: what
+// the limit on Retention/WindowSpan lets a store cost at worst.
+func BenchmarkManyWindows(b *testing.B) {
+	for _, filters := range []bool{true, false} {
+		b.Run(fmt.Sprintf("bloom=%v/windows=168-vs-%d", filters, oncekv.MaxWindows), func(b *testing.B) {
+			few := openWindows(b, filters, 168, 20, 168*time.Hour)
+			many := openWindows(b, filters, oncekv.MaxWindows, 20, oncekv.MaxWindows*time.Hour)
+			pair(b, 1, "168-windows", func(i uint64) { applyUnique(b, few, i) },
+				fmt.Sprintf("%d-windows", oncekv.MaxWindows), func(i uint64) { applyUnique(b, many, i) })
 		})
-		b.StartTimer()
-		st, err := db.Expire(context.Background())
-		b.StopTimer()
-		stop.Store(true)
-		wg.Wait()
-		if err != nil || st.Marks != uint64(n) {
-			b.Fatalf("expired %d of %d marks: %v", st.Marks, n, err)
-		}
-		b.ReportMetric(float64(st.Duration.Milliseconds()), "expire-ms")
-		b.ReportMetric(float64(st.LongestStep.Microseconds())/1000, "longest-step-ms")
-		b.ReportMetric(float64(worst.Microseconds())/1000, "worst-apply-ms")
-		b.ReportMetric(float64(writes), "applies-during")
-		b.ReportMetric(float64(st.Steps), "steps")
-		db.Close()
-	}
-}
-
-// BenchmarkOpen reopens a store of benchMarks live marks spread over 24
-// windows, with the sealed windows' filters persisted (only the newest is
-// rebuilt from its keys) and with them removed (every window rebuilt). Run
-// it with -benchtime 3x or so.
-func BenchmarkOpen(b *testing.B) {
-	n := benchMarks(b)
-	clock := oncetest.NewClock(epoch)
-	opts := &oncekv.Options{NoSync: true, Now: clock.Now, ExpireInterval: -1}
-	path := filepath.Join(b.TempDir(), "x.db")
-	db, err := oncekv.Open(path, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	fill(b, db, clock, n, 24, time.Hour)
-	if err := db.Close(); err != nil {
-		b.Fatal(err)
-	}
-	bare := filepath.Join(b.TempDir(), "bare.db")
-	copyWithoutFilters(b, path, bare)
-
-	for _, tc := range []struct{ name, path string }{{"persisted-filters", path}, {"rebuild-all", bare}} {
-		b.Run(fmt.Sprintf("marks=%d/%s", n, tc.name), func(b *testing.B) {
-			for b.Loop() {
-				db, err := oncekv.Open(tc.path, opts)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				if got := db.Stats().LiveMarks; got != uint64(n) {
-					b.Fatalf("live marks %d, want %d", got, n)
-				}
-				db.Close()
-				b.StartTimer()
-			}
-		})
-	}
-}
-
-func copyWithoutFilters(b *testing.B, from, to string) {
-	raw, err := os.ReadFile(from)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(to, raw, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	bdb, err := bolt.Open(to, 0o600, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bdb.Close()
-	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(layout.FiltersRoot) }); err != nil {
-		b.Fatal(err)
 	}
 }

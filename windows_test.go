@@ -3,7 +3,6 @@ package oncekv_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -78,277 +77,300 @@ func TestMarksGoIntoTheWindowOfTheirFirstSighting(t *testing.T) {
 	}
 }
 
-func TestExpiryDropsWindowsPastRetentionAndAppliesRetriesAgain(t *testing.T) {
-	clock := oncetest.NewClock(epoch)
-	db := oncetest.Open(t, windowOpts(clock))
-	ctx := context.Background()
-
-	applyKey(t, db, "early") // window [00:00, 01:00)
-	clock.Advance(2 * time.Hour)
-	applyKey(t, db, "later") // window [02:00, 03:00)
-
-	// Deduplicated for at least the retention: at 01:00 + 24h - 1ns the
-	// window of "early" is still live.
-	clock.Set(epoch.Add(25*time.Hour - time.Nanosecond))
-	st, err := db.Expire(ctx)
-	require.NoError(t, err)
-	require.Zero(t, st.Windows)
-	require.True(t, applyKey(t, db, "early").Duplicate)
-
-	clock.Set(epoch.Add(25 * time.Hour))
-	st, err = db.Expire(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, st.Windows)
-	require.Equal(t, uint64(1), st.Marks)
-	require.False(t, applyKey(t, db, "early").Duplicate, "past the window a retry is applied again")
-	require.True(t, applyKey(t, db, "later").Duplicate)
-	require.Equal(t, uint64(3), balance(t, db, "acct"))
-
-	total := db.Stats()
-	require.Equal(t, uint64(1), total.ExpiredWindows)
-	require.Equal(t, uint64(1), total.ExpiredMarks)
-
-	st, err = db.Expire(ctx)
-	require.NoError(t, err)
-	require.Equal(t, oncekv.ExpireStats{Steps: 0}, oncekv.ExpireStats{Steps: st.Steps, Windows: st.Windows, Marks: st.Marks}, "nothing left to expire")
-}
-
-func TestExpiryWorksInBoundedSteps(t *testing.T) {
-	clock := oncetest.NewClock(epoch)
-	opts := windowOpts(clock)
-	opts.ExpireStep = 7
-	db := oncetest.Open(t, opts)
-	ctx := context.Background()
-	reqs := make([]oncekv.Request, 100)
-	for i := range reqs {
-		reqs[i] = oncekv.Request{Handler: "h", Key: fmt.Sprint("k", i)}
-	}
-	_, err := db.ApplyBatch(ctx, reqs, nil)
-	require.NoError(t, err)
-
-	clock.Advance(48 * time.Hour)
-	st, err := db.Expire(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, st.Windows)
-	require.Equal(t, uint64(100), st.Marks)
-	require.Equal(t, 1+15, st.Steps, "one step to drop the window, then 100 marks 7 at a time")
-	require.Positive(t, st.LongestStep)
-	require.Empty(t, db.Stats().Windows)
-}
-
-func TestExpiryInterruptedIsFinishedLater(t *testing.T) {
-	clock := oncetest.NewClock(epoch)
-	opts := windowOpts(clock)
-	opts.ExpireStep = 10
-	path := filepath.Join(t.TempDir(), "x.db")
-	db, err := oncekv.Open(path, opts)
-	require.NoError(t, err)
-	for i := range 50 {
-		applyKey(t, db, fmt.Sprint("k", i))
-	}
-	clock.Advance(48 * time.Hour)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err = db.Expire(ctx)
-	require.ErrorIs(t, err, context.Canceled)
-	require.Empty(t, db.Stats().Windows, "the window stops answering at once")
-	require.False(t, applyKey(t, db, "k1").Duplicate)
-	require.NoError(t, db.Close())
-
-	db, err = oncekv.Open(path, opts)
-	require.NoError(t, err)
-	defer db.Close()
-	require.Len(t, db.Stats().Windows, 1, "only the window of the re-applied k1")
-	st, err := db.Expire(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, 1, st.Windows)
-	require.Equal(t, uint64(50), st.Marks)
-	require.True(t, applyKey(t, db, "k1").Duplicate)
-}
-
-func TestClockJumpingBackwards(t *testing.T) {
-	clock := oncetest.NewClock(epoch.Add(30 * time.Hour))
-	db := oncetest.Open(t, windowOpts(clock))
-	ctx := context.Background()
-
-	applyKey(t, db, "now")
-	clock.Advance(-10 * time.Hour) // NTP steps the clock back
-	applyKey(t, db, "after-jump")
-	st := db.Stats()
-	require.Equal(t, []time.Time{epoch.Add(30 * time.Hour)}, windowStarts(st),
-		"a new mark never goes into a window older than the newest")
-
-	// Expiry by a clock that went back drops nothing early.
-	exp, err := db.Expire(ctx)
-	require.NoError(t, err)
-	require.Zero(t, exp.Windows)
-	require.True(t, applyKey(t, db, "now").Duplicate)
-
-	// Once everything has expired, a clock far behind must not recreate an
-	// expired window.
-	clock.Set(epoch.Add(100 * time.Hour))
-	exp, err = db.Expire(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, exp.Windows)
-	clock.Set(epoch.Add(20 * time.Hour))
-	applyKey(t, db, "old-clock")
-	st = db.Stats()
-	require.Len(t, st.Windows, 1)
-	require.False(t, st.Windows[0].Start.Before(epoch.Add(31*time.Hour)),
-		"placed at or after the expiry floor, got %v", st.Windows[0].Start)
-	exp, err = db.Expire(ctx)
-	require.NoError(t, err)
-	require.Zero(t, exp.Windows, "the fresh mark is not expired at once")
-	require.True(t, applyKey(t, db, "old-clock").Duplicate)
-}
-
-func TestForget(t *testing.T) {
-	db := oncetest.Open(t, &oncekv.Options{NoSync: true})
-	applyKey(t, db, "k")
-	require.NoError(t, db.Forget("h", "k"))
-	require.Zero(t, db.Stats().LiveMarks)
-	require.False(t, applyKey(t, db, "k").Duplicate, "a forgotten key is applied again")
-	require.Equal(t, uint64(2), balance(t, db, "acct"))
-	require.NoError(t, db.Forget("h", "never-seen"))
-	require.ErrorIs(t, db.Forget("", "k"), oncekv.ErrHandlerRequired)
-	require.ErrorIs(t, db.Forget("h", ""), oncekv.ErrKeyRequired)
-	require.True(t, applyKey(t, db, "k").Duplicate)
-
-	// A key under a live claim stays: its holder is still working on it.
-	c, err := db.Claim(context.Background(), oncekv.Request{Handler: "h", Key: "claimed"}, time.Minute)
-	require.NoError(t, err)
-	require.ErrorIs(t, db.Forget("h", "claimed"), oncekv.ErrInProgress)
-	_, err = c.Complete(context.Background(), []byte("done"), nil)
-	require.NoError(t, err, "the holder is not disturbed by the refused Forget")
-}
-
-// TestReopenLoadsSealedFiltersAndRebuildsTheRest checks that a reopened store
-// answers exactly as before: filters persisted for sealed windows, the
-// newest one rebuilt, and a damaged persisted filter rebuilt too.
-func TestReopenLoadsSealedFiltersAndRebuildsTheRest(t *testing.T) {
-	clock := oncetest.NewClock(epoch)
-	opts := windowOpts(clock)
-	path := filepath.Join(t.TempDir(), "x.db")
-	db, err := oncekv.Open(path, opts)
-	require.NoError(t, err)
-	var keys []string
-	for hour := range 5 {
-		for i := range 300 {
-			k := fmt.Sprintf("h%d-%d", hour, i)
-			keys = append(keys, k)
-			applyKey(t, db, k)
-		}
-		clock.Advance(time.Hour)
-	}
-	before := db.Stats()
-	require.NoError(t, db.Close())
-
-	probe := func(db *oncekv.DB) oncekv.Stats {
-		start := db.Stats()
-		for _, k := range keys {
-			require.True(t, applyKey(t, db, k).Duplicate, k)
-		}
-		for i := range 2000 {
-			res, err := db.Apply(context.Background(), oncekv.Request{Handler: "probe", Key: fmt.Sprint(i)}, nil)
-			require.NoError(t, err)
-			require.False(t, res.Duplicate)
-		}
-		return db.Stats().Sub(start)
-	}
-
-	// A copy with every persisted filter damaged: Open must rebuild them,
-	// not trust them.
-	damaged := filepath.Join(t.TempDir(), "damaged.db")
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(damaged, raw, 0o600))
-	b, err := bolt.Open(damaged, 0o600, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
-		f := tx.Bucket(layout.FiltersRoot)
-		n := 0
-		require.NoError(t, f.ForEach(func(k, v []byte) error {
-			n++
-			v = append([]byte(nil), v...)
-			v[len(v)/2] ^= 0xff
-			return f.Put(append([]byte(nil), k...), v)
-		}))
-		require.Equal(t, 4, n, "the four sealed windows have persisted filters")
-		return nil
-	}))
-	require.NoError(t, b.Close())
-
-	db, err = oncekv.Open(path, opts)
-	require.NoError(t, err)
-	require.Equal(t, before.Windows, db.Stats().Windows, "same windows, marks and filter sizes after reopen")
-	loaded := probe(db)
-	require.NoError(t, db.Close())
-	oncetest.Check(t, path)
-
-	db, err = oncekv.Open(damaged, opts)
-	require.NoError(t, err)
-	rebuilt := probe(db)
-	require.NoError(t, db.Close())
-
-	require.Positive(t, loaded.BloomNegatives)
-	require.Less(t, float64(loaded.BloomFalsePositives), 0.03*float64(loaded.BloomNegatives+loaded.BloomFalsePositives))
-	require.InDelta(t, float64(loaded.BloomNegatives), float64(rebuilt.BloomNegatives), 0.02*float64(loaded.BloomNegatives),
-		"persisted and rebuilt filters rule out about as many look-ups")
-}
-
-func TestFiltersDisabledStayCorrect(t *testing.T) {
-	clock := oncetest.NewClock(epoch)
-	opts := windowOpts(clock)
-	opts.BloomFalsePositiveRate = -1
-	db := oncetest.Open(t, opts)
-	for hour := range 3 {
-		applyKey(t, db, fmt.Sprint("k", hour))
-		clock.Advance(time.Hour)
-	}
-	for hour := range 3 {
-		require.True(t, applyKey(t, db, fmt.Sprint("k", hour)).Duplicate)
-	}
-	st := db.Stats()
-	require.Zero(t, st.BloomNegatives)
-	for _, w := range st.Windows {
-		require.Zero(t, w.FilterBytes)
-	}
-}
-
-func TestWindowOptionsValidation(t *testing.T) {
-	for name, opts := range map[string]*oncekv.Options{
-		"retention below span": {WindowSpan: time.Hour, Retention: time.Minute},
-		"negative span":        {WindowSpan: -time.Hour},
-		"rate too high":        {BloomFalsePositiveRate: 0.5},
-		"negative step":        {ExpireStep: -1},
+// TestReopenWithAnotherWindowSpanKeepsMarksForRetention: marks written
+// with one WindowSpan are kept for at least Retention after they were first
+// seen after a reopen with another span, whatever the store decides: keep
+// the file's span, or refuse the new one with ErrInvalidOptions naming it
+// (then a zero WindowSpan opens with the file's).
+func TestReopenWithAnotherWindowSpanKeepsMarksForRetention(t *testing.T) {
+	for _, tc := range []struct{ before, after, retention time.Duration }{
+		{3 * time.Hour, time.Hour, 24 * time.Hour},
+		{time.Hour, 3 * time.Hour, 24 * time.Hour},
+		{30 * time.Minute, 2 * time.Hour, 12 * time.Hour},
+		{2 * time.Hour, 45 * time.Minute, 10 * time.Hour},
+		{10 * time.Minute, time.Hour, 5 * time.Hour},
 	} {
-		t.Run(name, func(t *testing.T) {
-			_, err := oncekv.Open(filepath.Join(t.TempDir(), "x.db"), opts)
-			require.ErrorIs(t, err, oncekv.ErrInvalidOptions)
+		t.Run(fmt.Sprintf("%v-to-%v-retention-%v", tc.before, tc.after, tc.retention), func(t *testing.T) {
+			ctx := context.Background()
+			start := epoch.Add(11 * time.Hour)
+			clock := oncetest.NewClock(start)
+			path := filepath.Join(t.TempDir(), "x.db")
+			db, err := oncekv.Open(path, timeOpts(clock, tc.before, tc.retention))
+			require.NoError(t, err)
+			// Keys first seen every 7 minutes over three old windows, each
+			// one also just before an old window's end.
+			seen := map[string]time.Time{}
+			step := 7 * time.Minute
+			for at := start; at.Before(start.Add(3 * tc.before)); at = at.Add(step) {
+				for _, when := range []time.Time{at, at.Truncate(tc.before).Add(tc.before - time.Second)} {
+					clock.Set(when)
+					key := when.Format(time.RFC3339)
+					if _, ok := seen[key]; ok {
+						continue
+					}
+					var runs int
+					_, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: key}, counted(&runs))
+					require.NoError(t, err)
+					require.Equal(t, 1, runs)
+					seen[key] = when
+				}
+			}
+			last := clock.Now()
+			require.NoError(t, db.Close())
+
+			db, err = oncekv.Open(path, timeOpts(clock, tc.after, tc.retention))
+			if err != nil {
+				require.ErrorIs(t, err, oncekv.ErrInvalidOptions)
+				require.Contains(t, err.Error(), tc.before.String(), "the error says what the file's windows are")
+				db, err = oncekv.Open(path, timeOpts(clock, 0, tc.retention))
+				require.NoError(t, err, "a zero WindowSpan takes the file's")
+			}
+			defer db.Close()
+			// Walk the clock until every key is past its retention; at each
+			// step expire, then retry every key still within it.
+			for now := last; now.Before(last.Add(tc.retention + 2*tc.before)); now = now.Add(step) {
+				clock.Set(now)
+				_, err := db.Expire(ctx)
+				require.NoError(t, err)
+				for key, first := range seen {
+					if now.Sub(first) >= tc.retention {
+						delete(seen, key) // may be gone now; never probe it again
+						continue
+					}
+					var runs int
+					res, err := db.Apply(ctx, oncekv.Request{Handler: "h", Key: key}, counted(&runs))
+					require.NoError(t, err)
+					require.True(t, res.Duplicate, "key first seen at %v retried at %v (%v later) ran again",
+						first.Format(time.TimeOnly), now.Format(time.TimeOnly), now.Sub(first))
+					require.Zero(t, runs)
+				}
+			}
 		})
 	}
 }
 
-// TestClockSteppedBackAcrossRestartRevivesNoLease: a lease that had run out
-// stays run out after a restart on a clock that was stepped back, because
-// Close saves the store's latest clock reading and Open resumes from it.
-func TestClockSteppedBackAcrossRestartRevivesNoLease(t *testing.T) {
-	clock := oncetest.NewClock(epoch.Add(10 * time.Hour))
-	opts := windowOpts(clock)
+// TestLegacyFileWithoutStoredSpan: a file written before the span was
+// stored is taken to have been made with the span it is opened with, which
+// is then recorded; a span its windows are not aligned to is refused.
+func TestLegacyFileWithoutStoredSpan(t *testing.T) {
+	ctx := context.Background()
+	clock := oncetest.NewClock(epoch.Add(13*time.Hour + 20*time.Minute))
 	path := filepath.Join(t.TempDir(), "x.db")
-	db, err := oncekv.Open(path, opts)
+	db, err := oncekv.Open(path, timeOpts(clock, time.Hour, 24*time.Hour))
 	require.NoError(t, err)
-	req := oncekv.Request{Handler: "h", Key: "job"}
-	_, err = db.Claim(context.Background(), req, time.Minute) // the worker then crashes
-	require.NoError(t, err)
-	clock.Advance(30 * time.Minute) // the lease has long run out
+	applyKey(t, db, "old")
 	require.NoError(t, db.Close())
+	makeLegacy(t, path)
 
-	clock.Set(epoch.Add(10*time.Hour + 15*time.Second)) // stepped back to inside the old lease
-	db, err = oncekv.Open(path, opts)
+	_, err = oncekv.Open(path, timeOpts(clock, 3*time.Hour, 24*time.Hour))
+	require.ErrorIs(t, err, oncekv.ErrInvalidOptions, "a 13:00 window cannot have been made with 3h windows")
+	require.Contains(t, err.Error(), "WindowSpan")
+
+	ro := timeOpts(clock, 0, 24*time.Hour)
+	ro.ReadOnly = true
+	db, err = oncekv.Open(path, ro) // a version 1 file is readable as it is
 	require.NoError(t, err)
-	defer db.Close()
-	res, err := db.Apply(context.Background(), req, nil)
-	require.NoError(t, err, "the expired claim must be taken over, not reported as in progress")
-	require.False(t, res.Duplicate)
+	require.True(t, applyKey(t, db, "old").Duplicate)
+	require.NoError(t, db.Close())
+	require.Equal(t, uint32(1), fileFormat(t, path).Version, "a read-only open writes nothing")
+
+	db, err = oncekv.Open(path, timeOpts(clock, 0, 24*time.Hour)) // the default, 1h, as before
+	require.NoError(t, err)
+	require.True(t, applyKey(t, db, "old").Duplicate)
+	applyKey(t, db, "new")
+	require.NoError(t, db.Close())
+	require.Equal(t, uint32(layout.FormatVersion), fileFormat(t, path).Version, "a writable open upgrades the file")
+	oncetest.Check(t, path) // which requires the filters bucket of a version 2 file
+
+	_, err = oncekv.Open(path, timeOpts(clock, 2*time.Hour, 24*time.Hour))
+	require.ErrorIs(t, err, oncekv.ErrInvalidOptions, "the span is recorded now")
+	require.Contains(t, err.Error(), "1h0m0s")
+	db, err = oncekv.Open(path, timeOpts(clock, time.Hour, 24*time.Hour))
+	require.NoError(t, err)
+	require.True(t, applyKey(t, db, "old").Duplicate)
+	require.NoError(t, db.Close())
+	oncetest.Check(t, path)
+	_ = ctx
+}
+
+// makeLegacy turns the closed store at path into one written by a build
+// that did not store its window span: format version 1, no windows record,
+// no filters bucket.
+func makeLegacy(t *testing.T, path string) {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(layout.MetaRoot)
+		if err := meta.Delete([]byte("windows")); err != nil {
+			return err
+		}
+		if err := tx.DeleteBucket(layout.FiltersRoot); err != nil {
+			return err // version 1 files may lack it: it was created lazily
+		}
+		return meta.Put([]byte("format"), layout.Format{Magic: layout.FormatMagic, Version: 1, CreatedUnixNano: 1}.Marshal())
+	}))
+}
+
+// fileFormat reads the format record of the closed store at path.
+func fileFormat(t *testing.T, path string) layout.Format {
+	t.Helper()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer b.Close()
+	var f layout.Format
+	require.NoError(t, b.View(func(tx *bolt.Tx) error {
+		return f.Unmarshal(tx.Bucket(layout.MetaRoot).Get([]byte("format")))
+	}))
+	return f
+}
+
+// TestLiveClaimOutlivesRetention: a claim whose lease is longer than
+// Retention keeps its key while the lease is live, whatever expiry runs and
+// across a reopen: no second claim, no Apply, and the holder completes.
+func TestLiveClaimOutlivesRetention(t *testing.T) {
+	for _, tc := range []struct{ span, retention, lease time.Duration }{
+		{time.Hour, 2 * time.Hour, 10 * time.Hour},
+		{30 * time.Minute, time.Hour, 3 * time.Hour},
+		{time.Hour, 24 * time.Hour, 50 * time.Hour},
+		{10 * time.Minute, 30 * time.Minute, 31 * time.Minute},
+	} {
+		t.Run(fmt.Sprintf("span-%v-retention-%v-lease-%v", tc.span, tc.retention, tc.lease), func(t *testing.T) {
+			ctx := context.Background()
+			clock := oncetest.NewClock(epoch.Add(tc.span - time.Minute)) // late in its window
+			path := filepath.Join(t.TempDir(), "x.db")
+			opts := timeOpts(clock, tc.span, tc.retention)
+			// The claim's holder is this process, alive across the reopen:
+			// keep its claim instead of releasing it as an orphan.
+			opts.KeepOrphanedClaims = true
+			db, err := oncekv.Open(path, opts)
+			require.NoError(t, err)
+			held := oncekv.Request{Handler: "h", Key: "held", Payload: []byte("p")}
+			orphan := oncekv.Request{Handler: "h", Key: "orphan", Payload: []byte("p")} // its holder dies with the DB
+			c, err := db.Claim(ctx, held, tc.lease)
+			require.NoError(t, err)
+			_, err = db.Claim(ctx, orphan, tc.lease)
+			require.NoError(t, err)
+			end := c.LeaseUntil()
+			expired := uint64(0)
+			probe := func(db *oncekv.DB, now time.Time) {
+				for _, req := range []oncekv.Request{held, orphan} {
+					_, err := db.Claim(ctx, req, time.Minute)
+					require.ErrorIs(t, err, oncekv.ErrInProgress, "%s at %v, %v before its lease ends", req.Key, now, end.Sub(now))
+					_, err = db.Apply(ctx, req, mustNotRunApply(t))
+					require.ErrorIs(t, err, oncekv.ErrInProgress)
+				}
+			}
+			for now := clock.Now(); now.Before(end); now = now.Add(tc.span / 2) {
+				clock.Set(now)
+				applyKey(t, db, now.String()) // marks that expire around the claims
+				st, err := db.Expire(ctx)
+				require.NoError(t, err)
+				expired += uint64(st.Windows)
+				probe(db, now)
+			}
+			clock.Set(end.Add(-time.Nanosecond))
+			_, err = db.Expire(ctx)
+			require.NoError(t, err)
+			probe(db, clock.Now())
+			res, err := c.Complete(ctx, []byte("done"), nil)
+			require.NoError(t, err, "the holder completes within its lease")
+			require.Equal(t, []byte("done"), res.Response)
+			require.NoError(t, db.Close())
+
+			db, err = oncekv.Open(path, opts)
+			require.NoError(t, err)
+			defer db.Close()
+			_, err = db.Expire(ctx)
+			require.NoError(t, err)
+			_, err = db.Claim(ctx, orphan, time.Minute)
+			require.ErrorIs(t, err, oncekv.ErrInProgress, "after a reopen too")
+			clock.Set(end)
+			c2, err := db.Claim(ctx, orphan, time.Minute)
+			require.NoError(t, err, "taken over once the lease has run out")
+			require.False(t, c2.Done())
+		})
+	}
+}
+
+// TestHeartbeatClaimOutlivesRetention: a claim kept alive by short leases,
+// extended before each runs out, keeps its key for as long as it is
+// extended, far past Retention, and completes.
+func TestHeartbeatClaimOutlivesRetention(t *testing.T) {
+	for _, tc := range []struct{ span, retention, lease, beat, total time.Duration }{
+		{time.Hour, 2 * time.Hour, 30 * time.Minute, 20 * time.Minute, 3 * time.Hour},
+		{10 * time.Minute, time.Hour, 15 * time.Minute, 14 * time.Minute, 5 * time.Hour},
+		{time.Hour, 24 * time.Hour, 2 * time.Hour, time.Hour, 60 * time.Hour},
+	} {
+		t.Run(fmt.Sprintf("span-%v-retention-%v-lease-%v-every-%v", tc.span, tc.retention, tc.lease, tc.beat), func(t *testing.T) {
+			ctx := context.Background()
+			db, clock, req, c := openClaimed(t, epoch.Add(tc.span/3), tc.span, tc.retention, tc.lease)
+			began := clock.Now()
+			for clock.Now().Sub(began) < tc.total {
+				clock.Advance(tc.beat)
+				applyKey(t, db, clock.Now().String())
+				_, err := db.Expire(ctx)
+				require.NoError(t, err)
+				require.NoError(t, c.Extend(ctx, tc.lease), "heartbeat at +%v", clock.Now().Sub(began))
+				_, err = db.Claim(ctx, req, time.Minute)
+				require.ErrorIs(t, err, oncekv.ErrInProgress)
+				_, err = db.Apply(ctx, req, mustNotRunApply(t))
+				require.ErrorIs(t, err, oncekv.ErrInProgress)
+			}
+			require.NotZero(t, db.Stats().ExpiredWindows, "windows around the claim expired meanwhile")
+			_, err := c.Complete(ctx, []byte("done"), nil)
+			require.NoError(t, err)
+		})
+	}
+}
+
+// TestClaimCompletedLateStaysDeduplicated: a claim that completes long
+// after it was taken leaves a DONE mark that answers duplicates for at
+// least Retention after the completion.
+func TestClaimCompletedLateStaysDeduplicated(t *testing.T) {
+	for _, tc := range []struct{ span, retention, lease, after time.Duration }{
+		{time.Hour, 2 * time.Hour, 10 * time.Hour, 9 * time.Hour},
+		{time.Hour, 24 * time.Hour, 30 * time.Hour, 23 * time.Hour},
+		{15 * time.Minute, time.Hour, 2 * time.Hour, 50 * time.Minute},
+	} {
+		t.Run(fmt.Sprintf("span-%v-retention-%v-completed-after-%v", tc.span, tc.retention, tc.after), func(t *testing.T) {
+			ctx := context.Background()
+			db, clock, req, c := openClaimed(t, epoch.Add(tc.span/2), tc.span, tc.retention, tc.lease)
+			clock.Advance(tc.after)
+			_, err := db.Expire(ctx)
+			require.NoError(t, err)
+			_, err = c.Complete(ctx, []byte("done"), nil)
+			require.NoError(t, err)
+			done := clock.Now()
+			for now := done; now.Sub(done) < tc.retention; now = now.Add(tc.span / 4) {
+				clock.Set(now)
+				_, err := db.Expire(ctx)
+				require.NoError(t, err)
+				res, err := db.Apply(ctx, req, mustNotRunApply(t))
+				require.NoError(t, err, "%v after completion", now.Sub(done))
+				require.True(t, res.Duplicate)
+				require.Equal(t, []byte("done"), res.Response)
+			}
+		})
+	}
+}
+
+// openClaimed opens a store on a clock at start and claims key "job" in it
+// for lease.
+func openClaimed(t *testing.T, start time.Time, span, retention, lease time.Duration) (*oncekv.DB, *oncetest.Clock, oncekv.Request, *oncekv.Claim) {
+	t.Helper()
+	clock := oncetest.NewClock(start)
+	db := oncetest.Open(t, timeOpts(clock, span, retention))
+	req := oncekv.Request{Handler: "h", Key: "job"}
+	c, err := db.Claim(context.Background(), req, lease)
+	require.NoError(t, err)
+	return db, clock, req, c
+}
+
+func mustNotRunApply(t *testing.T) func(*oncekv.Tx) ([]byte, error) {
+	return func(*oncekv.Tx) ([]byte, error) {
+		t.Error("the effect ran")
+		return nil, nil
+	}
 }
