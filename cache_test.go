@@ -273,11 +273,11 @@ func assertNoError(t *testing.T, err error) bool {
 	return true
 }
 
-// TestReviewNilAndEmptyResponsesStayDistinct: Result.Response promises nil
+// TestDuplicateNilAndEmptyResponsesStayDistinct: Result.Response promises nil
 // and empty stay distinct, on every path a duplicate can be answered by:
 // the cache filled by the commit, a read transaction after reopen, and the
 // cache filled by that read.
-func TestReviewNilAndEmptyResponsesStayDistinct(t *testing.T) {
+func TestDuplicateNilAndEmptyResponsesStayDistinct(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "r.db")
 	opts := &oncekv.Options{NoSync: true, ExpireInterval: -1}
@@ -307,14 +307,14 @@ func TestReviewNilAndEmptyResponsesStayDistinct(t *testing.T) {
 	check("cached by the read")
 }
 
-// TestReviewDuplicatesNeverStaleWhateverWrote: as
+// TestDuplicateAnswersNeverStaleWhateverWrote: as
 // TestDuplicateAnswersNeverStaleUnderConcurrency, with the key written
 // afresh each round by another of the ways a final mark is written (Apply,
 // Tx.Mark, a claim completed, a released claim taken over by Apply,
 // LoadMarks, a permanent failure), while readers send duplicates. A
 // duplicate must never carry a round older than the last one written before
 // it was sent, nor one forgotten before it was sent.
-func TestReviewDuplicatesNeverStaleWhateverWrote(t *testing.T) {
+func TestDuplicateAnswersNeverStaleWhateverWrote(t *testing.T) {
 	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
 	ctx := context.Background()
 	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
@@ -374,7 +374,7 @@ func TestReviewDuplicatesNeverStaleWhateverWrote(t *testing.T) {
 }
 
 // roundsSeen is the last round of a key written and forgotten, as the
-// writer of TestReviewDuplicatesNeverStaleWhateverWrote publishes them.
+// writer of TestDuplicateAnswersNeverStaleWhateverWrote publishes them.
 type roundsSeen struct{ written, forgotten atomic.Int64 }
 
 // read sends duplicates of req until ctx ends, checks that each answer is

@@ -563,11 +563,11 @@ func TestClaimKeyIsStableAndUnique(t *testing.T) {
 	require.Empty(t, nilClaim.Key())
 }
 
-// TestReviewCompleteEffectPanicOrGoexitCountsAsEffectError: Stats.EffectErrors
+// TestClaimCompleteEffectPanicOrGoexitCountsAsEffectError: Stats.EffectErrors
 // counts Claim.Complete's effect errors, as Apply's; an effect that panics
 // or calls runtime.Goexit is one (Apply counts it so), and the claim still
 // holds the key.
-func TestReviewCompleteEffectPanicOrGoexitCountsAsEffectError(t *testing.T) {
+func TestClaimCompleteEffectPanicOrGoexitCountsAsEffectError(t *testing.T) {
 	for _, how := range []string{"panic", "goexit"} {
 		t.Run(how, func(t *testing.T) {
 			db, _ := openClocked(t)

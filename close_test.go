@@ -118,11 +118,11 @@ func TestCloseWritesOnlyWhatChanged(t *testing.T) {
 	require.NoError(t, db.Close())
 }
 
-// TestReviewCloseKeepsWhatAReadSaw: a lease seen run out by any reading of
+// TestCloseKeepsWhatAReadSaw: a lease seen run out by any reading of
 // the store's clock (here DB.Now, which writes nothing) stays run out
 // after Close and a reopen on a clock stepped back to inside the lease,
 // though Close itself takes no new reading.
-func TestReviewCloseKeepsWhatAReadSaw(t *testing.T) {
+func TestCloseKeepsWhatAReadSaw(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "c.db")
 	clock := oncetest.NewClock(claimEpoch)

@@ -641,10 +641,10 @@ func coinToss(seed uint64) func(bool) bool {
 	}
 }
 
-// TestAdversaryModel runs the model state machine of
-// reliability_model_test.go with each adversarial filter, a quarter of
-// the plain test's checks each.
-func TestAdversaryModel(t *testing.T) {
+// TestModelStateMachineWithAdversarialFilters runs TestModelStateMachine's
+// model with each adversarial filter, a quarter of the plain test's checks
+// each.
+func TestModelStateMachineWithAdversarialFilters(t *testing.T) {
 	for name, adversary := range adversaries {
 		t.Run(name, func(t *testing.T) {
 			withRapidChecks(t, modelChecks/4, func() {
@@ -659,7 +659,8 @@ func TestAdversaryModel(t *testing.T) {
 
 // historyDurationEnv sets how long TestHistoryLinearizable runs (a Go
 // duration, for example "60s" for a soak run). Each of the adversarial
-// variants in adversary_test.go runs for a quarter of it.
+// variants (TestHistoryLinearizableWithAdversarialFilters) runs for a
+// quarter of it.
 const historyDurationEnv = "ONCEKV_HISTORY_DURATION"
 
 // historyDuration is the total time of the history tests: 30s for the
@@ -1242,9 +1243,9 @@ func runEpoch(t *testing.T, db *oncekv.DB, clock *oncetest.Clock, epoch int, see
 	return h
 }
 
-// TestAdversaryHistory runs the linearizability test of history_test.go
+// TestHistoryLinearizableWithAdversarialFilters runs TestHistoryLinearizable
 // with each adversarial filter, each for a quarter of its duration.
-func TestAdversaryHistory(t *testing.T) {
+func TestHistoryLinearizableWithAdversarialFilters(t *testing.T) {
 	for name, adversary := range adversaries {
 		t.Run(name, func(t *testing.T) { runHistory(t, historyDuration(t, 0.25), adversary) })
 	}

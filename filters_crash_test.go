@@ -19,7 +19,7 @@ import (
 )
 
 // bloomChildEnv names the file a re-executed test binary fills as the
-// child of TestAdversaryBloomNoFalseNegativeAfterKill.
+// child of TestFiltersNoFalseNegativeAfterKill.
 const bloomChildEnv = "ONCEKV_BLOOM_CHILD_DB"
 
 // bloomStart and bloomStep drive the child's clock: every Apply moves it
@@ -29,20 +29,20 @@ var bloomStart = time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
 
 const bloomStep = 7 * time.Minute
 
-// TestAdversaryBloomNoFalseNegativeAfterKill kills a child that applies
+// TestFiltersNoFalseNegativeAfterKill kills a child that applies
 // keys across many windows, then checks that every key with a mark in the
 // file is answered as a duplicate, without running its effect: after the
 // kill, after expiring the oldest windows, and after a clean reopen. A
 // filter that forgot a key (a false negative, say a sealed filter
 // persisted without its last keys, or a newest window rebuilt short)
 // would let the effect run again.
-func TestAdversaryBloomNoFalseNegativeAfterKill(t *testing.T) {
+func TestFiltersNoFalseNegativeAfterKill(t *testing.T) {
 	if isChild(bloomChildEnv, bloomChild) {
 		return
 	}
 	needChildren(t)
 	path := filepath.Join(t.TempDir(), "bloom.db")
-	child, lines := startChild(t, "^TestAdversaryBloomNoFalseNegativeAfterKill$", bloomChildEnv, path)
+	child, lines := startChild(t, "^TestFiltersNoFalseNegativeAfterKill$", bloomChildEnv, path)
 	acked := 0
 	for acked < 400 && lines.Scan() {
 		require.True(t, strings.HasPrefix(lines.Text(), "ACK "), "child said %q", lines.Text())

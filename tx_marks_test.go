@@ -203,11 +203,11 @@ func TestTxLookupMarkWritesNothing(t *testing.T) {
 // Adversarial review of issue 11's cache of final marks and write path:
 // each test here failed on the code it was written against.
 
-// TestReviewTxMarkTakeoverKeepsRetention: Tx.Mark that takes over an
+// TestTxMarkTakeoverKeepsRetention: Tx.Mark that takes over an
 // expired claim writes a DONE mark now, so the key must stay deduplicated
 // for Retention from now, as Apply's takeover and a late Complete do. The
 // mark must not stay in the claim's old window, which expires sooner.
-func TestReviewTxMarkTakeoverKeepsRetention(t *testing.T) {
+func TestTxMarkTakeoverKeepsRetention(t *testing.T) {
 	ctx := context.Background()
 	clock := oncetest.NewClock(epoch)
 	db := oncetest.Open(t, windowOpts(clock)) // 1h windows, 24h retention
@@ -244,12 +244,12 @@ func TestReviewTxMarkTakeoverKeepsRetention(t *testing.T) {
 	require.Equal(t, "marked", string(res.Response))
 }
 
-// TestReviewTxMarkOwnKeyInCompleteEffect: Complete's effect runs in the
+// TestTxMarkOwnKeyInCompleteEffect: Complete's effect runs in the
 // transaction that writes the claim's DONE mark, as Apply's effect does, so
 // Tx.Mark of the claim's own key there is ErrMarkOwnKey and writes
 // nothing, whether the lease is live or has run out (the holder may still
 // complete then): the mark is Complete's to write.
-func TestReviewTxMarkOwnKeyInCompleteEffect(t *testing.T) {
+func TestTxMarkOwnKeyInCompleteEffect(t *testing.T) {
 	for _, expired := range []bool{false, true} {
 		t.Run(fmt.Sprint("lease expired ", expired), func(t *testing.T) {
 			ctx := context.Background()
@@ -273,10 +273,10 @@ func TestReviewTxMarkOwnKeyInCompleteEffect(t *testing.T) {
 	}
 }
 
-// TestReviewTxMarkRefusesAResponseApplyWouldRefuse: Tx.Mark records a key
+// TestTxMarkRefusesAResponseApplyWouldRefuse: Tx.Mark records a key
 // "exactly as Apply would", so a response larger than a mark can hold is
 // ErrResponseTooLarge there too, and writes nothing.
-func TestReviewTxMarkRefusesAResponseApplyWouldRefuse(t *testing.T) {
+func TestTxMarkRefusesAResponseApplyWouldRefuse(t *testing.T) {
 	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
 	oncekv.SetMaxResponseSize(db, 8)
 	req := oncekv.Request{Handler: "h", Key: "big"}

@@ -155,11 +155,11 @@ func requireCancelled(t *testing.T, errc chan error) {
 	}
 }
 
-// TestReviewApplyInsideAnEffectWaitsForItsContext: an effect that calls
+// TestApplyInsideAnEffectWaitsForItsContext: an effect that calls
 // Apply on its own DB for a new key asks for the write lock its own
 // commit holds. The inner call must give up when its context ends (every
 // wait honours its context), and the outer call must still commit.
-func TestReviewApplyInsideAnEffectWaitsForItsContext(t *testing.T) {
+func TestApplyInsideAnEffectWaitsForItsContext(t *testing.T) {
 	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
 	ctx := context.Background()
 	var inner error
