@@ -29,6 +29,7 @@ import (
 // returns), many times over one file per point, and runs the invariant
 // check of oncetest.Ledger after every kill. Odd iterations run two
 // workers, so kills also land inside group commits of several calls.
+// 50 kills per point; a soak run (ONCEKV_SOAK=1) makes it 500.
 func TestKillPoints(t *testing.T) {
 	needChildren(t)
 	iters := 50
@@ -149,7 +150,8 @@ var syscallFaults = []syscallFault{
 // commit, effect and mark both or neither. A failed call must also give a
 // clear error and no panic, reads keep working, and after an fdatasync
 // error (or any I/O error but ENOSPC from a page write) the store refuses
-// every write until it is reopened.
+// every write until it is reopened. A soak run (ONCEKV_SOAK=1) takes eight
+// seeds.
 func TestSyscallFaults(t *testing.T) {
 	strace := needStrace(t)
 	seeds := []uint64{1, 2}
