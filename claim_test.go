@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -439,51 +440,6 @@ func TestClaimAfterClose(t *testing.T) {
 	require.Greater(t, taker.Token(), c.Token())
 }
 
-// BenchmarkClaimCompleteVsApply, durable: the two-phase Claim then
-// Complete against one Apply of the same local write, timed alternately
-// (see pair). A claim commits twice, so it pays two fsyncs where Apply
-// pays one.
-//
-//	go test -run '^$' -bench 'ClaimCompleteVsApply' -benchtime 2000x .
-func BenchmarkClaimCompleteVsApply(b *testing.B) {
-	db := openBench(b, false)
-	var claimCommits uint64
-	pair(b, 1, "apply", func(i uint64) { applyUnique(b, db, i) }, "claim+complete", func(i uint64) {
-		before := db.Stats().Commits
-		if err := claimComplete(db, i); err != nil {
-			b.Fatal(err)
-		}
-		claimCommits += db.Stats().Commits - before
-	})
-	b.ReportMetric(float64(claimCommits)/float64(b.N), "commits/claim")
-}
-
-// BenchmarkConcurrentClaim8Vs1, durable: a first request through idemhttp
-// is a Claim then a Complete. 64 of them by one goroutine against 64 by
-// eight at once: both steps ride the group commit, so the eight share
-// fsyncs instead of taking turns at the write lock.
-//
-//	go test -run '^$' -bench 'ConcurrentClaim8Vs1' -benchtime 50x .
-func BenchmarkConcurrentClaim8Vs1(b *testing.B) {
-	concurrent8Vs1(b, claimComplete)
-}
-
-// claimComplete claims a new key and completes it with the benchmarks'
-// local write.
-func claimComplete(db *oncekv.DB, i uint64) error {
-	ctx := context.Background()
-	key := benchKey(i)
-	c, err := db.Claim(ctx, oncekv.Request{Handler: "bench-claim", Key: string(key), Payload: benchValue}, time.Minute)
-	if err != nil {
-		return err
-	}
-	_, err = c.Complete(ctx, []byte("ok"), func(tx *oncekv.Tx) error {
-		_, err := putEffect(tx, key)
-		return err
-	})
-	return err
-}
-
 // TestClaimsShareCommits: claims, then their Completes, that queue behind
 // a commit in progress share the next commit (they ride Apply's group
 // commit) instead of committing one by one, and each keeps its own token
@@ -580,4 +536,59 @@ func TestClaimsShareCommits(t *testing.T) {
 	}))
 	_, err := claims[n-1].Complete(ctx, []byte("sent"), nil)
 	require.NoError(t, err, "the holder completes on its next try")
+}
+
+// TestClaimKeyIsStableAndUnique: Key is a function of (handler, key) alone.
+func TestClaimKeyIsStableAndUnique(t *testing.T) {
+	db, clock := openClocked(t)
+	ctx := context.Background()
+	var last *oncekv.Claim
+	key := func(h, k string) string {
+		c, err := db.Claim(ctx, oncekv.Request{Handler: h, Key: k}, lease)
+		require.NoError(t, err)
+		last = c
+		return c.Key()
+	}
+	first := key("ab", "c")
+	require.Len(t, first, 64)
+	require.Regexp(t, "^[0-9a-f]{64}$", first)
+	require.NotEqual(t, first, key("a", "bc"), "the handler/key boundary counts")
+	require.NotEqual(t, first, key("ab", "d"))
+	clock.Advance(time.Hour) // every lease runs out: a takeover
+	require.Equal(t, first, key("ab", "c"), "the same after a takeover")
+	_, err := last.Complete(ctx, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, first, key("ab", "c"), "and for a claim of a done key")
+	var nilClaim *oncekv.Claim
+	require.Empty(t, nilClaim.Key())
+}
+
+// TestClaimCompleteEffectPanicOrGoexitCountsAsEffectError: Stats.EffectErrors
+// counts Claim.Complete's effect errors, as Apply's; an effect that panics
+// or calls runtime.Goexit is one (Apply counts it so), and the claim still
+// holds the key.
+func TestClaimCompleteEffectPanicOrGoexitCountsAsEffectError(t *testing.T) {
+	for _, how := range []string{"panic", "goexit"} {
+		t.Run(how, func(t *testing.T) {
+			db, _ := openClocked(t)
+			c := mustClaim(t, db, welcome)
+			before := db.Stats()
+			returned, p := mustWithin(t, "Complete", func() {
+				_, _ = c.Complete(context.Background(), []byte("r"), func(*oncekv.Tx) error {
+					if how == "panic" {
+						panic("boom")
+					}
+					runtime.Goexit()
+					return nil
+				})
+			})
+			require.False(t, returned)
+			require.Equal(t, how == "panic", p != nil, p)
+			d := db.Stats().Total.Sub(before.Total)
+			require.Equal(t, uint64(1), d.EffectErrors, "%+v", d)
+			require.False(t, c.Done())
+			_, err := c.Complete(context.Background(), []byte("r"), nil)
+			require.NoError(t, err, "the claim still holds the key")
+		})
+	}
 }

@@ -7,7 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,12 +66,15 @@ var classified = map[string]struct {
 // error without a row here fails the test.
 func TestClassifyEveryExportedError(t *testing.T) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
+	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	var declared []string
-	for _, f := range pkgs["oncekv"].Files {
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		require.NoError(t, err)
 		ast.Inspect(f, func(n ast.Node) bool {
 			if vs, ok := n.(*ast.ValueSpec); ok {
 				for _, name := range vs.Names {

@@ -9,14 +9,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -547,71 +543,6 @@ func TestFenceTokensSurviveReopen(t *testing.T) {
 	oncetest.Check(t, path)
 }
 
-// tokenChildEnv names the store a child process of
-// TestNextFenceSurvivesSIGKILL issues tokens from.
-const tokenChildEnv = "ONCEKV_TEST_TOKEN_CHILD_DB"
-
-// TestNextFenceSurvivesSIGKILL runs a child process that issues tokens as
-// fast as it can and prints each one once NextFence has returned it. The
-// parent kills it with SIGKILL mid-stream, reopens the store and checks
-// that the next token is greater than every token the child printed: a
-// token handed out is never handed out again, whenever the process dies.
-func TestNextFenceSurvivesSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a child process")
-	}
-	path := filepath.Join(t.TempDir(), "killed.db")
-	var before uint64 // the greatest token any earlier run saw
-	for run := range 3 {
-		cmd, lines := startChild(t, "^TestNextFenceChildProcess$", tokenChildEnv, path)
-
-		var printed []uint64
-		want := 20 + run*37 // kill at a different point each run
-		for len(printed) < want && lines.Scan() {
-			token, ok := strings.CutPrefix(lines.Text(), "token ")
-			if !ok {
-				continue // the test framework's own lines
-			}
-			n, err := strconv.ParseUint(token, 10, 64)
-			require.NoError(t, err)
-			printed = append(printed, n)
-		}
-		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
-		err := cmd.Wait()
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "the child must die of the signal, not finish")
-		require.Len(t, printed, want, "the child stopped early")
-		require.IsIncreasing(t, printed)
-		require.Greater(t, printed[0], before, "run %d reissued a token of an earlier run", run)
-
-		db, err := oncekv.Open(path, nil)
-		require.NoError(t, err)
-		n, err := db.NextFence("killed")
-		require.NoError(t, err)
-		require.NoError(t, db.Close())
-		require.Greater(t, n, printed[len(printed)-1], "run %d: a token was issued again after SIGKILL", run)
-		before = n
-		oncetest.Check(t, path)
-	}
-}
-
-// TestNextFenceChildProcess is the child of TestNextFenceSurvivesSIGKILL;
-// run on its own it does nothing.
-func TestNextFenceChildProcess(t *testing.T) {
-	path := os.Getenv(tokenChildEnv)
-	if path == "" {
-		t.Skip("runs only as the child of TestNextFenceSurvivesSIGKILL")
-	}
-	db, err := oncekv.Open(path, nil) // durable, as a real user's store
-	require.NoError(t, err)
-	deadline := time.Now().Add(time.Minute) // never outlive a parent that died
-	for time.Now().Before(deadline) {
-		n, err := db.NextFence("killed")
-		require.NoError(t, err)
-		fmt.Printf("token %d\n", n) // os.Stdout is unbuffered: the parent sees it at once
-	}
-}
-
 // TestFenceRecordCorrupt: a damaged fence record or token counter is an
 // error naming where it is, on every write that depends on it, never a
 // fence silently read as 0. In a bucket with fence headers the damaged
@@ -736,85 +667,56 @@ func TestFenceRecordsWrittenBeforeStillWork(t *testing.T) {
 	require.Equal(t, uint64(4), n)
 }
 
-// BenchmarkPutFencedVsPut: a fenced write against a plain one, timed
-// alternately (see pair). In durable and nosync each call is one write
-// transaction holding one write of a new key, the way a handler writes;
-// tx1000 packs 1000 writes into one transaction, so the commit is shared
-// and what is left is the fence's own CPU cost per write.
-//
-//	go test -run '^$' -bench 'PutFencedVsPut' -benchtime 2000x .
-func BenchmarkPutFencedVsPut(b *testing.B) {
-	for _, mode := range benchWriteModes {
-		b.Run(mode.name, func(b *testing.B) {
-			db := openBench(b, mode.noSync)
-			pair(b, mode.perTx,
-				"put", benchWrites(b, db, mode.perTx, "plain", benchPut),
-				"putfenced", benchWrites(b, db, mode.perTx, "fenced", benchPutFenced))
-		})
-	}
-}
+func TestTxNextFenceSharesCounterAndRollsBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.db")
+	db, err := oncekv.Open(path, &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	first, err := db.NextFence("r")
+	require.NoError(t, err)
 
-// BenchmarkFenceLayouts: the same writes in a bucket that keeps fences in
-// the system bucket of fences (created by an older version) and in one
-// that keeps them in headers, timed alternately: plain Put must not pay
-// for the headers, and PutFenced should gain from them.
-//
-//	go test -run '^$' -bench 'FenceLayouts' -benchtime 2000x .
-func BenchmarkFenceLayouts(b *testing.B) {
-	for _, write := range []struct {
-		name string
-		fn   func(bk *oncekv.Bucket, key []byte, fence uint64) error
-	}{{"put", benchPut}, {"putfenced", benchPutFenced}} {
-		for _, mode := range benchWriteModes {
-			b.Run(write.name+"/"+mode.name, func(b *testing.B) {
-				db, err := oncekv.Open(oldBucketFile(b, []byte("old"), mode.noSync), &oncekv.Options{NoSync: mode.noSync, ExpireInterval: -1})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { db.Close() })
-				pair(b, mode.perTx,
-					"records-bucket", benchWrites(b, db, mode.perTx, "old", write.fn),
-					"headers", benchWrites(b, db, mode.perTx, "new", write.fn))
-			})
+	var inTx []uint64
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		for range 3 {
+			tok, err := tx.NextFence("r")
+			require.NoError(t, err)
+			inTx = append(inTx, tok)
 		}
-	}
-}
+		return nil
+	}))
+	require.Equal(t, []uint64{first + 1, first + 2, first + 3}, inTx)
 
-// benchWriteModes: in durable and nosync each call is one write
-// transaction holding one write of a new key, the way a handler writes;
-// tx1000 packs 1000 writes into one transaction, so the commit is shared
-// and what is left is each write's own CPU cost.
-var benchWriteModes = []struct {
-	name   string
-	noSync bool
-	perTx  int
-}{{"durable", false, 1}, {"nosync", true, 1}, {"tx1000", true, 1000}}
+	// Rolled back: the next token is as if they were never issued.
+	boom := errors.New("boom")
+	require.ErrorIs(t, db.Update(func(tx *oncekv.Tx) error {
+		_, err := tx.NextFence("r")
+		require.NoError(t, err)
+		return boom
+	}), boom)
+	next, err := db.NextFence("r")
+	require.NoError(t, err)
+	require.Equal(t, first+4, next)
 
-func benchPut(bk *oncekv.Bucket, key []byte, _ uint64) error { return bk.Put(key, benchValue) }
+	// Bad input and read-only transactions: typed errors naming the resource.
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		_, err := tx.NextFence("")
+		require.ErrorIs(t, err, oncekv.ErrResourceRequired)
+		return nil
+	}))
+	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
+		_, err := tx.NextFence("r")
+		require.ErrorIs(t, err, oncekv.ErrTxNotWritable)
+		require.Contains(t, err.Error(), `"r"`)
+		return nil
+	}))
 
-func benchPutFenced(bk *oncekv.Bucket, key []byte, fence uint64) error {
-	return bk.PutFenced(key, benchValue, fence)
-}
-
-// benchWrites returns the i-th call of a benchmark: one transaction of
-// perTx writes of new keys to bucket, with fences that grow from call to
-// call.
-func benchWrites(b *testing.B, db *oncekv.DB, perTx int, bucket string, write func(bk *oncekv.Bucket, key []byte, fence uint64) error) func(i uint64) {
-	return func(i uint64) {
-		if err := db.Update(func(tx *oncekv.Tx) error {
-			bk, err := tx.CreateBucketIfNotExists([]byte(bucket))
-			if err != nil {
-				return err
-			}
-			for j := range uint64(perTx) {
-				n := (i-1)*uint64(perTx) + j + 1
-				if err := write(bk, benchKey(n), n); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	// Persisted across reopen.
+	require.NoError(t, db.Close())
+	db, err = oncekv.Open(path, &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		tok, err := tx.NextFence("r")
+		require.Equal(t, first+5, tok)
+		return err
+	}))
 }

@@ -2,6 +2,7 @@ package oncekv_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -220,4 +222,172 @@ func updateBolt(tb testing.TB, path string, fn func(tx *bolt.Tx) error) {
 	require.NoError(tb, err)
 	require.NoError(tb, b.Update(fn))
 	require.NoError(tb, b.Close())
+}
+
+// BenchmarkOpen reopens a store of benchMarks live marks spread over 24
+// windows, with the sealed windows' filters persisted (only the newest is
+// rebuilt from its keys) and with them removed (every window rebuilt). Run
+// it with -benchtime 3x or so.
+func BenchmarkOpen(b *testing.B) {
+	n := benchMarks(b)
+	clock := oncetest.NewClock(epoch)
+	opts := &oncekv.Options{NoSync: true, Now: clock.Now, ExpireInterval: -1}
+	path := filepath.Join(b.TempDir(), "x.db")
+	db, err := oncekv.Open(path, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fill(b, db, clock, n, 24, time.Hour)
+	if err := db.Close(); err != nil {
+		b.Fatal(err)
+	}
+	bare := filepath.Join(b.TempDir(), "bare.db")
+	copyWithoutFilters(b, path, bare)
+
+	for _, tc := range []struct{ name, path string }{{"persisted-filters", path}, {"rebuild-all", bare}} {
+		b.Run(fmt.Sprintf("marks=%d/%s", n, tc.name), func(b *testing.B) {
+			for b.Loop() {
+				db, err := oncekv.Open(tc.path, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if got := db.Stats().LiveMarks; got != uint64(n) {
+					b.Fatalf("live marks %d, want %d", got, n)
+				}
+				db.Close()
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+func copyWithoutFilters(b *testing.B, from, to string) {
+	raw, err := os.ReadFile(from)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(to, raw, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	bdb, err := bolt.Open(to, 0o600, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bdb.Close()
+	if err := bdb.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(layout.FiltersRoot) }); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// procStatusKiB reads a "VmRSS:"-style field of /proc/self/status in KiB.
+func procStatusKiB(b *testing.B, field string) float64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Skip("no /proc/self/status here")
+	}
+	for line := range strings.Lines(string(raw)) {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
+
+var mmapSizes = []struct {
+	name string
+	size int
+}{{"bbolt-default", -1}, {"64MiB", 64 << 20}, {"256MiB", 256 << 20}, {"1GiB", 1 << 30}}
+
+// BenchmarkOpenInitialMmapSize measures what InitialMmapSize costs: per
+// Open of a new store, one Apply of 1 KiB and one of 4 MiB, and Close
+// (ns/op), the address space (VmSize) and resident memory (VmRSS) it adds
+// while open, and the file's length and the disk blocks it takes after.
+//
+//	go test -run '^$' -bench BenchmarkOpenInitialMmapSize -benchtime 20x .
+func BenchmarkOpenInitialMmapSize(b *testing.B) {
+	for _, c := range mmapSizes {
+		b.Run(c.name, func(b *testing.B) {
+			var vm, rss, length, disk float64
+			for i := range b.N {
+				path := filepath.Join(b.TempDir(), strconv.Itoa(i)+".db")
+				vm0, rss0 := procStatusKiB(b, "VmSize"), procStatusKiB(b, "VmRSS")
+				db, err := oncekv.Open(path, &oncekv.Options{NoSync: true, InitialMmapSize: c.size, ExpireInterval: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for k, n := range map[string]int{"small": 1 << 10, "big": 4 << 20} {
+					if _, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: k}, putBig(k, n)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				vm += procStatusKiB(b, "VmSize") - vm0
+				rss += procStatusKiB(b, "VmRSS") - rss0
+				if err := db.Close(); err != nil {
+					b.Fatal(err)
+				}
+				st, err := os.Stat(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				length += float64(st.Size())
+				disk += float64(diskBytes(st))
+			}
+			n := float64(b.N)
+			b.ReportMetric(vm/n/1024, "VmSize-MiB")
+			b.ReportMetric(rss/n/1024, "VmRSS-MiB")
+			b.ReportMetric(length/n/(1<<20), "file-MiB")
+			b.ReportMetric(disk/n/(1<<20), "disk-MiB")
+		})
+	}
+}
+
+// BenchmarkApplyBehindView: how long an Apply that grows a new store's
+// file waits while another goroutine holds a View open for hold. Without a
+// large enough map the wait is about hold; within it, the Apply's own time.
+//
+//	go test -run '^$' -bench BenchmarkApplyBehindView -benchtime 3x .
+func BenchmarkApplyBehindView(b *testing.B) {
+	const hold = time.Second
+	for _, c := range []struct {
+		name string
+		size int
+	}{{"bbolt-default", -1}, {"default", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			var waited time.Duration
+			for i := range b.N {
+				db, err := oncekv.Open(filepath.Join(b.TempDir(), strconv.Itoa(i)+".db"),
+					&oncekv.Options{NoSync: true, InitialMmapSize: c.size, ExpireInterval: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				inView, viewDone := make(chan struct{}), make(chan error, 1)
+				go func() {
+					viewDone <- db.View(func(*oncekv.Tx) error {
+						close(inView)
+						time.Sleep(hold) // the long reader being measured
+						return nil
+					})
+				}()
+				<-inView
+				began := time.Now()
+				if _, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "k"}, putBig("k", 4<<20)); err != nil {
+					b.Fatal(err)
+				}
+				waited += time.Since(began)
+				if err := <-viewDone; err != nil {
+					b.Fatal(err)
+				}
+				if err := db.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(waited.Milliseconds())/float64(b.N), "apply-ms")
+		})
+	}
 }

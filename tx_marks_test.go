@@ -3,6 +3,7 @@ package oncekv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -197,4 +198,96 @@ func TestTxLookupMarkWritesNothing(t *testing.T) {
 		require.ErrorIs(t, err, oncekv.ErrKeyRequired)
 		return nil
 	}))
+}
+
+// Adversarial review of issue 11's cache of final marks and write path:
+// each test here failed on the code it was written against.
+
+// TestTxMarkTakeoverKeepsRetention: Tx.Mark that takes over an
+// expired claim writes a DONE mark now, so the key must stay deduplicated
+// for Retention from now, as Apply's takeover and a late Complete do. The
+// mark must not stay in the claim's old window, which expires sooner.
+func TestTxMarkTakeoverKeepsRetention(t *testing.T) {
+	ctx := context.Background()
+	clock := oncetest.NewClock(epoch)
+	db := oncetest.Open(t, windowOpts(clock)) // 1h windows, 24h retention
+	req := oncekv.Request{Handler: "h", Key: "k", Payload: []byte("p")}
+	c, err := db.Claim(ctx, req, time.Minute)
+	require.NoError(t, err)
+
+	// The claim's lease ran out long ago; a transaction marks the key.
+	clock.Advance(10 * time.Hour)
+	marked := clock.Now()
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		res, err := tx.Mark(req, []byte("marked"))
+		require.NoError(t, err)
+		require.False(t, res.Duplicate)
+		return nil
+	}))
+
+	// The old holder is fenced off with both tokens, as after Apply's
+	// takeover.
+	_, err = c.Complete(ctx, []byte("late"), nil)
+	var fe *oncekv.FenceError
+	require.ErrorAs(t, err, &fe)
+	require.Greater(t, fe.Stored, c.Token())
+
+	// Past the claim's first window's expiry, well within Retention of the
+	// mark: still a duplicate.
+	clock.Set(epoch.Add(26 * time.Hour))
+	require.Less(t, clock.Now().Sub(marked), 24*time.Hour)
+	_, err = db.Expire(ctx)
+	require.NoError(t, err)
+	res, err := db.Apply(ctx, req, mustNotApply(t))
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
+	require.Equal(t, "marked", string(res.Response))
+}
+
+// TestTxMarkOwnKeyInCompleteEffect: Complete's effect runs in the
+// transaction that writes the claim's DONE mark, as Apply's effect does, so
+// Tx.Mark of the claim's own key there is ErrMarkOwnKey and writes
+// nothing, whether the lease is live or has run out (the holder may still
+// complete then): the mark is Complete's to write.
+func TestTxMarkOwnKeyInCompleteEffect(t *testing.T) {
+	for _, expired := range []bool{false, true} {
+		t.Run(fmt.Sprint("lease expired ", expired), func(t *testing.T) {
+			ctx := context.Background()
+			db, clock := openClocked(t)
+			req := oncekv.Request{Handler: "h", Key: "own", Payload: []byte("p")}
+			c := mustClaim(t, db, req)
+			if expired {
+				clock.Advance(2 * lease)
+			}
+			res, err := c.Complete(ctx, []byte("completed"), func(tx *oncekv.Tx) error {
+				_, err := tx.Mark(req, []byte("marked"))
+				require.ErrorIs(t, err, oncekv.ErrMarkOwnKey)
+				return nil
+			})
+			require.NoError(t, err)
+			require.Equal(t, "completed", string(res.Response))
+			res, err = db.Apply(ctx, req, mustNotApply(t))
+			require.NoError(t, err)
+			require.Equal(t, "completed", string(res.Response))
+		})
+	}
+}
+
+// TestTxMarkRefusesAResponseApplyWouldRefuse: Tx.Mark records a key
+// "exactly as Apply would", so a response larger than a mark can hold is
+// ErrResponseTooLarge there too, and writes nothing.
+func TestTxMarkRefusesAResponseApplyWouldRefuse(t *testing.T) {
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true, ExpireInterval: -1})
+	oncekv.SetMaxResponseSize(db, 8)
+	req := oncekv.Request{Handler: "h", Key: "big"}
+	big := []byte("more than eight bytes")
+	_, err := db.Apply(context.Background(), req, func(*oncekv.Tx) ([]byte, error) { return big, nil })
+	require.ErrorIs(t, err, oncekv.ErrResponseTooLarge)
+	require.NoError(t, db.Update(func(tx *oncekv.Tx) error {
+		_, err := tx.Mark(req, big)
+		require.ErrorIs(t, err, oncekv.ErrResponseTooLarge)
+		return nil // the caller commits what else it did
+	}))
+	_, err = db.Mark("h", "big")
+	require.ErrorIs(t, err, oncekv.ErrNotFound, "nothing was written")
 }
