@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -26,9 +27,9 @@ const (
 	// GaveUp: the record can never succeed (see Options.DeadLetter).
 	GaveUp
 	// Retry: the record failed in a way a retry can fix, or an earlier
-	// record of its partition did; its partition is rewound to the first
-	// such record. A Retry record may have been applied in this batch
-	// all the same (it then comes back as a Duplicate).
+	// record of its partition did (then it was not applied: its Err is
+	// ErrEarlierFailed); its partition is rewound to the first such
+	// record, so a partition's records are applied in offset order.
 	Retry
 )
 
@@ -52,12 +53,11 @@ type Outcome struct {
 	Record  *kgo.Record
 	Key     string // what Options.Key returned
 	Verdict Verdict
-	// Result is the store's answer for Applied and Duplicate (and for a
-	// Retry record applied in this batch): the response, and when the key
-	// was first seen.
+	// Result is the store's answer for Applied and Duplicate: the
+	// response, and when the key was first seen.
 	Result oncekv.Result
-	// Err is the record's *RecordError for GaveUp, and for a Retry record
-	// that failed itself; nil otherwise.
+	// Err is the record's *RecordError for GaveUp and Retry; nil
+	// otherwise.
 	Err error
 }
 
@@ -102,9 +102,24 @@ func (b *batch) apply(ctx context.Context) error {
 		reqs = append(reqs, oncekv.Request{Handler: c.opts.Handler, Key: o.Key, Payload: o.Record.Value})
 		idx = append(idx, i)
 	}
+	// broken holds, per partition, the first record whose effect failed
+	// in a way a retry can fix: the records after it in its partition are
+	// not applied in this batch (ErrEarlierFailed), so a partition is
+	// applied in order. Skipping them costs a rollback each, no commit.
+	broken := make(map[partition]int)
 	if len(reqs) > 0 {
 		results, err := c.db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
-			return c.effect(tx, b.outcomes[idx[i]].Record)
+			j := idx[i]
+			r := b.outcomes[j].Record
+			p := partition{r.Topic, r.Partition}
+			if k, ok := broken[p]; ok && k < j {
+				return nil, ErrEarlierFailed
+			}
+			resp, err := c.effect(tx, r)
+			if k, ok := broken[p]; err != nil && !oncekv.IsPermanent(err) && (!ok || j < k) {
+				broken[p] = j
+			}
+			return resp, err
 		})
 		if err != nil {
 			return err
@@ -151,6 +166,12 @@ func (b *batch) judge(ctx context.Context) {
 		case o.Err == nil:
 			o.Verdict = Applied
 			c.stats.applied.Add(1)
+		case errors.Is(o.Err, ErrEarlierFailed):
+			// The record before it was given up on after all: start again
+			// here, at once.
+			o.Verdict = Retry
+			b.retries[p] = r
+			continue
 		default:
 			if delay, again := b.again(ctx, p, o, now); again {
 				o.Verdict = Retry
@@ -177,6 +198,9 @@ func (b *batch) judge(ctx context.Context) {
 func (b *batch) again(ctx context.Context, p partition, o *Outcome, now time.Time) (time.Duration, bool) {
 	c := b.c
 	adv := oncekv.Classify(o.Err)
+	if errors.Is(o.Err, ErrNoKey) {
+		adv.Action = oncekv.GiveUp // no delivery of it will ever have a key
+	}
 	if adv.Action == oncekv.RetryLater && !adv.NotBefore.IsZero() {
 		// A claim holds the key: come back when its lease ends, however
 		// long that takes; it is not the record's failure.

@@ -34,6 +34,10 @@ var (
 	// (an empty header or record key). Without a key the record cannot be
 	// deduplicated, so it is never applied.
 	ErrNoKey = errors.New("oncekv: kafka: record has no idempotency key")
+	// ErrEarlierFailed: the record was not applied because an earlier
+	// record of its partition failed in the same poll in a way a retry can
+	// fix; both are polled again, in order.
+	ErrEarlierFailed = errors.New("oncekv: kafka: an earlier record of the partition failed")
 	// ErrInvalidKey: a queue message whose key cannot travel as a record
 	// key and header (empty).
 	ErrInvalidKey = errors.New("oncekv: kafka: invalid message key")

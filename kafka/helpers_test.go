@@ -179,7 +179,13 @@ func run(t testing.TB, c *kafka.Consumer) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	go func() {
+		err := c.Run(ctx)
+		if ctx.Err() == nil {
+			t.Errorf("Run returned before it was stopped: %v", err)
+		}
+		done <- err
+	}()
 	return func() {
 		cancel()
 		require.NoError(t, <-done)
