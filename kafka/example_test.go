@@ -1,0 +1,71 @@
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/kafka"
+)
+
+// Example consumes a topic where one event arrives twice (a producer's
+// retry): the second copy is suppressed, and the offsets are committed
+// after the effects. kfake stands in for a cluster: pass your brokers'
+// addresses to kgo.SeedBrokers instead.
+func Example() {
+	cluster, _ := kfake.NewCluster(kfake.SeedTopics(1, "payments"))
+	defer cluster.Close()
+	brokers := kgo.SeedBrokers(cluster.ListenAddrs()...)
+	dir, _ := os.MkdirTemp("", "kafka-example")
+	defer os.RemoveAll(dir)
+	db, _ := oncekv.Open(filepath.Join(dir, "billing.db"), nil)
+	defer db.Close()
+	ctx, stop := context.WithCancel(context.Background())
+
+	prod, _ := kgo.NewClient(append(kafka.ProducerOpts(), brokers)...)
+	for _, key := range []string{"evt-1", "evt-1", "evt-2"} {
+		prod.ProduceSync(ctx, &kgo.Record{Topic: "payments", Value: []byte("captured"),
+			Headers: []kgo.RecordHeader{{Key: kafka.DefaultKeyHeader, Value: []byte(key)}}})
+	}
+	prod.Close()
+
+	cl, _ := kgo.NewClient(append(kafka.ConsumerOpts("billing", "payments"), brokers,
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	defer cl.Close()
+	seen := 0
+	cons, err := kafka.NewConsumer(db, cl, func(tx *oncekv.Tx, r *kgo.Record) ([]byte, error) {
+		b, err := tx.CreateBucketIfNotExists([]byte("payments"))
+		if err != nil {
+			return nil, err
+		}
+		return nil, b.Put(r.Headers[0].Value, r.Value) // commits with the dedup mark
+	}, kafka.Options{
+		Handler: "payment_captured",
+		Key:     kafka.HeaderKey(kafka.DefaultKeyHeader),
+		Logger:  slog.New(slog.DiscardHandler), // "duplicate suppressed" at info, with partition and offset
+		OnBatch: func(outs []kafka.Outcome) {
+			for _, o := range outs {
+				fmt.Println(o.Key, "at offset", o.Record.Offset, o.Verdict)
+			}
+			if seen += len(outs); seen == 3 {
+				stop()
+			}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = cons.Run(ctx)
+	fmt.Printf("applied %d, duplicates %d\n", cons.Stats().Applied, cons.Stats().Duplicates)
+	// Output:
+	// evt-1 at offset 0 applied
+	// evt-1 at offset 1 duplicate
+	// evt-2 at offset 2 applied
+	// applied 2, duplicates 1
+}

@@ -1,0 +1,201 @@
+package kafka_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/kafka"
+)
+
+// childEnv, when set, makes the test binary run one consumer (its value
+// is a childConfig's JSON) instead of the tests.
+const childEnv = "ONCEKV_KAFKA_CHILD"
+
+type childConfig struct {
+	Brokers      []string
+	Topic, Group string
+	DB           string
+	Pause        time.Duration // after each batch's store commit, before its offset commit
+}
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(childEnv); v != "" {
+		os.Exit(child(v))
+	}
+	os.Exit(m.Run())
+}
+
+// child is the consumer process. For each batch it prints "applied KEY" or
+// "dup KEY" per record, then "batch", once the batch committed in the
+// store; it then pauses before the offset commit, the window the parent
+// kills it in.
+func child(v string) int {
+	var c childConfig
+	if err := json.Unmarshal([]byte(v), &c); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	db, err := oncekv.Open(c.DB, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 2
+	}
+	defer db.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	// A static member: the next process takes the killed one's place at
+	// once instead of waiting for its session to time out.
+	cl, err := kgo.NewClient(append(kafka.ConsumerOpts(c.Group, c.Topic),
+		kgo.SeedBrokers(c.Brokers...), kgo.InstanceID("consumer"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond),
+		kgo.FetchMaxWait(100*time.Millisecond))...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		return 2
+	}
+	defer cl.Close()
+	out := bufio.NewWriter(os.Stdout)
+	cons, err := kafka.NewConsumer(db, cl, count, kafka.Options{
+		Handler: "payment_captured", Key: kafka.HeaderKey(kafka.DefaultKeyHeader), MaxRecords: 50, Logger: quiet,
+		OnBatch: func(outs []kafka.Outcome) {
+			for _, o := range outs {
+				verb := "applied"
+				if o.Verdict == kafka.Duplicate {
+					verb = "dup"
+				}
+				fmt.Fprintln(out, verb, o.Key)
+			}
+			fmt.Fprintln(out, "batch")
+			_ = out.Flush()
+			time.Sleep(c.Pause)
+		}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 2
+	}
+	if err := cons.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "run:", err)
+		return 1
+	}
+	return 0
+}
+
+// startChild runs the test binary as a consumer and returns it with the
+// channel of the lines it prints, closed when its output ends.
+func startChild(t *testing.T, cfg childConfig) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	v, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(v))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, lines
+}
+
+// TestKillBetweenStoreCommitAndOffsetCommit SIGKILLs a real consumer
+// process, many times, in the window the article names as the most
+// valuable test: after the batch's effects committed in the store, before
+// the batch's offsets are committed. The broker (kfake, on 127.0.0.1)
+// lives in the test's process and outlives every consumer. Each killed
+// batch comes back to the next consumer, whose store answers every record
+// of it as a duplicate; at the end every key is applied exactly once and
+// every offset is committed. A quarter of the keys is also produced twice
+// (a producer retry: two offsets, one key).
+func TestKillBetweenStoreCommitAndOffsetCommit(t *testing.T) {
+	const topic, group = "payments", "billing"
+	c := newCluster(t, topic, 3)
+	addrs := c.ListenAddrs()
+	ks := keys(soak(600))
+	var again []string
+	for i := 0; i < len(ks); i += 4 {
+		again = append(again, ks[i])
+	}
+	produce(t, addrs, topic, ks...)
+	produce(t, addrs, topic, again...)
+	total := int64(len(ks) + len(again))
+	cfg := childConfig{Brokers: addrs, Topic: topic, Group: group, DB: t.TempDir() + "/consumer.db", Pause: 100 * time.Millisecond}
+
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 26))
+	wantKills := soak(8)
+	var (
+		kills, rounds, dups, appliedLines int
+		batch                             []string
+		owed                              = make(map[string]bool) // keys of killed batches not yet seen again
+	)
+	cmd, lines := startChild(t, cfg)
+	rounds++
+	deadline := time.After(90 * time.Second)
+	for sum(committed(c, group, topic)) < total {
+		select {
+		case <-deadline:
+			t.Fatalf("not done after 90s: committed %d of %d, kills %d", sum(committed(c, group, topic)), total, kills)
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("the consumer exited on its own: %v", cmd.Wait())
+			}
+			verb, key, _ := strings.Cut(line, " ")
+			switch verb {
+			case "applied":
+				appliedLines++
+				batch = append(batch, key)
+			case "dup":
+				dups++
+				delete(owed, key)
+				batch = append(batch, key)
+			case "batch":
+				if kills < wantKills && rng.IntN(3) != 0 {
+					require.NoError(t, cmd.Process.Kill())
+					_ = cmd.Wait()
+					kills++
+					for _, k := range batch {
+						owed[k] = true
+					}
+					cmd, lines = startChild(t, cfg)
+					rounds++
+				}
+				batch = batch[:0]
+			}
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+
+	require.Equal(t, wantKills, kills, "kills in the window")
+	require.Empty(t, owed, "every killed batch was delivered again and suppressed")
+	db, err := oncekv.Open(cfg.DB, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	requireOnce(t, db, ks)
+	t.Logf("rounds %d, kills %d (each after the store commit, before the offset commit), records %d (%d keys, %d produced twice), applied %d, duplicates suppressed %d, lost 0, doubled 0",
+		rounds, kills, total, len(ks), len(again), appliedLines, dups)
+}
