@@ -68,6 +68,6 @@
 // run against franz-go's own in-process Kafka-protocol cluster (kfake,
 // github.com/twmb/franz-go/pkg/kfake), which speaks the wire protocol,
 // consumer groups with rebalance timeouts, idempotent producers and offset
-// commits. The example program (package example) takes any broker address
+// commits. The example command (kafka/example) takes any broker address
 // for a real cluster.
 package kafka

@@ -6,12 +6,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/kafka"
+	"github.com/oncekv/oncekv/queue"
+	"github.com/oncekv/oncekv/relay"
 )
 
 // Example consumes a topic where one event arrives twice (a producer's
@@ -68,4 +71,33 @@ func Example() {
 	// evt-1 at offset 1 duplicate
 	// evt-2 at offset 2 applied
 	// applied 2, duplicates 1
+}
+
+// ExampleNewConsumer is the one-screen example of docs/kafka.md, compiled
+// but not run: a consumer and a relay on a real cluster.
+func ExampleNewConsumer() {
+	consume := func(ctx context.Context, db *oncekv.DB, outbox *queue.Queue) error {
+		cl, _ := kgo.NewClient(append(kafka.ConsumerOpts("billing", "payments"),
+			kgo.SeedBrokers("127.0.0.1:9092"), kgo.RebalanceTimeout(30*time.Second))...)
+		defer cl.Close()
+		cons, err := kafka.NewConsumer(db, cl, func(tx *oncekv.Tx, r *kgo.Record) ([]byte, error) {
+			b, err := tx.CreateBucketIfNotExists([]byte("payments"))
+			if err != nil {
+				return nil, err
+			}
+			return nil, b.Put(r.Headers[0].Value, r.Value) // commits with the dedup mark
+		}, kafka.Options{Handler: "payment_captured", Key: kafka.HeaderKey(kafka.DefaultKeyHeader)})
+		if err != nil {
+			return err
+		}
+
+		// The outbox side: the idempotent producer, the key as record key.
+		prod, _ := kgo.NewClient(append(kafka.ProducerOpts(), kgo.SeedBrokers("127.0.0.1:9092"))...)
+		defer prod.Close()
+		send, _ := kafka.NewSender(prod, kafka.SenderOptions{Topic: "payments"})
+		go relay.Run(ctx, outbox, send, nil)
+
+		return cons.Run(ctx) // until ctx is done
+	}
+	_ = consume
 }
