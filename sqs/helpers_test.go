@@ -44,6 +44,13 @@ var (
 // server starts goaws once and returns its URL.
 func server(t testing.TB) string {
 	t.Helper()
+	url, err := startServer()
+	require.NoError(t, err)
+	return url
+}
+
+// startServer is server for an Example, which has no testing.TB.
+func startServer() (string, error) {
 	goawsOnce.Do(func() {
 		logrus.SetOutput(io.Discard)
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -62,8 +69,7 @@ func server(t testing.TB) string {
 		go gosqs.PeriodicTasks(100*time.Millisecond, make(chan struct{}))
 		goawsURL = "http://" + l.Addr().String()
 	})
-	require.NoError(t, goawsErr)
-	return goawsURL
+	return goawsURL, goawsErr
 }
 
 // client returns the real SDK client on url, speaking SQS's query

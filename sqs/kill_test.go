@@ -1,0 +1,223 @@
+package sqs_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/oncekv/oncekv"
+	oncesqs "github.com/oncekv/oncekv/sqs"
+)
+
+// childEnv, when set, makes the test binary run one consumer (its value
+// is a childConfig's JSON) instead of the tests.
+const childEnv = "ONCEKV_SQS_CHILD"
+
+type childConfig struct {
+	Server, QueueURL, DB string
+	Pause                time.Duration // after each batch's store commit, before its deletes
+}
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(childEnv); v != "" {
+		os.Exit(child(v))
+	}
+	os.Exit(m.Run())
+}
+
+// child is the consumer process: per batch it prints "applied KEY" or
+// "dup KEY" per message, then "batch", once the batch committed in the
+// store, and pauses before deleting: the window the parent kills it in.
+func child(v string) int {
+	var c childConfig
+	if err := json.Unmarshal([]byte(v), &c); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	db, err := oncekv.Open(c.DB, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 2
+	}
+	defer db.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	out := bufio.NewWriter(os.Stdout)
+	cons, err := oncesqs.NewConsumer(db, client(c.Server), count, oncesqs.Options{
+		Handler: "orders", QueueURL: c.QueueURL, Key: oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute),
+		WaitTime: time.Second, Visibility: time.Second, Heartbeat: 300 * time.Millisecond, Logger: quiet,
+		OnBatch: func(outs []oncesqs.Outcome) {
+			for _, o := range outs {
+				verb := "applied"
+				if o.Verdict == oncesqs.Duplicate {
+					verb = "dup"
+				}
+				fmt.Fprintln(out, verb, o.Key)
+			}
+			fmt.Fprintln(out, "batch")
+			_ = out.Flush()
+			time.Sleep(c.Pause)
+		}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 2
+	}
+	if err := cons.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "run:", err)
+		return 1
+	}
+	return 0
+}
+
+// startChild runs the test binary as a consumer and returns it with the
+// channel of the lines it prints, closed when its output ends.
+func startChild(t *testing.T, cfg childConfig) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	v, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(v))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, lines
+}
+
+// TestConsumerKilledAppliesEachOnce sends messages, a quarter of them
+// twice (a producer's retry: a second message id, one key attribute),
+// while the consumer, a child process, is SIGKILLed again and again:
+// half the kills land in the window after its batch committed in the
+// store and before the batch's deletes, the others at random instants
+// (in a receive, in the middle of a batch, in a heartbeat). goaws lives in
+// the test's process and outlives every consumer; each killed consumer's
+// messages come back when their visibility (1s) ends. At the end every key
+// is applied exactly once and the queue is empty.
+func TestConsumerKilledAppliesEachOnce(t *testing.T) {
+	url := server(t)
+	c := client(url)
+	qurl, _ := newQueue(t, c, time.Second, 0, false)
+	ks := keys(soak(300))
+	cfg := childConfig{Server: url, QueueURL: qurl, DB: t.TempDir() + "/consumer.db", Pause: 100 * time.Millisecond}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 26))
+	wantKills := soak(16)
+
+	sent := make(chan int, 1)
+	go func() {
+		n := 0
+		for i, k := range ks {
+			for range 1 + btoi(i%4 == 0) {
+				_, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(qurl), MessageBody: aws.String("v-" + k),
+					MessageAttributes: map[string]types.MessageAttributeValue{oncesqs.DefaultKeyAttribute: {DataType: aws.String("String"), StringValue: aws.String(k)}}})
+				if err != nil {
+					t.Errorf("send %s: %v", k, err)
+				}
+				n++
+			}
+			time.Sleep(5 * time.Millisecond) // spread the sends over the kills
+		}
+		sent <- n
+	}()
+
+	var (
+		rounds, kills, windowKills, dups, applied int
+		batch                                     []string
+		owed                                      = make(map[string]bool) // keys of batches killed before their delete
+		total                                     = -1
+	)
+	cmd, lines := startChild(t, cfg)
+	rounds++
+	kill := func(inWindow bool) {
+		require.NoError(t, cmd.Process.Kill())
+		_ = cmd.Wait()
+		kills++
+		if inWindow {
+			windowKills++
+			for _, k := range batch {
+				owed[k] = true
+			}
+		}
+		cmd, lines = startChild(t, cfg)
+		rounds++
+	}
+	timer := time.After(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+	deadline := time.After(100 * time.Second)
+	for total < 0 || depth(t, c, qurl) > 0 || len(owed) > 0 {
+		select {
+		case n := <-sent:
+			total = n
+		case <-deadline:
+			t.Fatalf("not done after 100s: depth %d, kills %d, owed %d", depth(t, c, qurl), kills, len(owed))
+		case <-timer:
+			if kills < wantKills && kills%2 == 0 {
+				kill(false)
+				batch = batch[:0]
+			}
+			timer = time.After(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("the consumer exited on its own: %v", cmd.Wait())
+			}
+			verb, key, _ := strings.Cut(line, " ")
+			switch verb {
+			case "applied":
+				applied++
+				batch = append(batch, key)
+			case "dup":
+				dups++
+				delete(owed, key)
+				batch = append(batch, key)
+			case "batch":
+				if kills < wantKills && kills%2 == 1 {
+					kill(true)
+				}
+				batch = batch[:0]
+			}
+		}
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+
+	require.Equal(t, wantKills, kills)
+	require.Empty(t, owed, "every batch killed before its delete came back and was suppressed")
+	db, err := oncekv.Open(cfg.DB, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	requireOnce(t, db, ks)
+	require.Positive(t, dups)
+	require.Equal(t, len(ks)+len(ks)/4, total)
+	t.Logf("rounds %d, kills %d (%d after the store commit and before the delete, %d at random instants), messages sent %d (%d keys), applied %d, duplicates suppressed %d, lost 0, doubled 0",
+		rounds, kills, windowKills, kills-windowKills, total, len(ks), applied, dups)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
