@@ -63,20 +63,20 @@ type Options struct {
 func (o Options) withDefaults() (Options, *retry.Retrier, error) {
 	var errs []error
 	if o.Handler == "" {
-		errs = append(errs, errors.New("Handler is required"))
+		errs = append(errs, errors.New("option Handler is required"))
 	}
 	if o.Key == nil {
-		errs = append(errs, errors.New("Key is required (HeaderKey, RecordKey or CoordinatesKey)"))
+		errs = append(errs, errors.New("option Key is required (HeaderKey, RecordKey or CoordinatesKey)"))
 	}
 	if o.MaxRecords < 0 {
-		errs = append(errs, fmt.Errorf("MaxRecords %d is negative", o.MaxRecords))
+		errs = append(errs, fmt.Errorf("option MaxRecords %d is negative", o.MaxRecords))
 	}
 	if o.CommitTimeout < 0 {
-		errs = append(errs, fmt.Errorf("CommitTimeout %v is negative", o.CommitTimeout))
+		errs = append(errs, fmt.Errorf("option CommitTimeout %v is negative", o.CommitTimeout))
 	}
 	r, err := retry.New(o.Retry)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("Retry: %w", err))
+		errs = append(errs, fmt.Errorf("option Retry: %w", err))
 	}
 	if len(errs) > 0 {
 		return o, nil, fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))

@@ -81,10 +81,10 @@ func NewSender(cl *kgo.Client, opts SenderOptions) (relay.Sender, error) {
 	o.FenceHeader = cmp.Or(o.FenceHeader, DefaultFenceHeader)
 	var errs []error
 	if o.Topic == "" {
-		errs = append(errs, errors.New("Topic is required"))
+		errs = append(errs, errors.New("option Topic is required"))
 	}
 	if o.KeyHeader == o.FenceHeader {
-		errs = append(errs, fmt.Errorf("KeyHeader and FenceHeader are both %q", o.KeyHeader))
+		errs = append(errs, fmt.Errorf("option KeyHeader and FenceHeader are both %q", o.KeyHeader))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))

@@ -132,7 +132,7 @@ func TestNewSenderRefusesSettingsThatBreakTheGuarantee(t *testing.T) {
 	require.ErrorIs(t, err, kafka.ErrNilArgument)
 	_, err = kafka.NewSender(producer(t, addrs), kafka.SenderOptions{KeyHeader: "X", FenceHeader: "X"})
 	require.ErrorIs(t, err, kafka.ErrInvalidOptions)
-	require.ErrorContains(t, err, "Topic is required")
+	require.ErrorContains(t, err, "option Topic is required")
 	require.ErrorContains(t, err, `both "X"`)
 
 	for name, opts := range map[string][]kgo.Opt{

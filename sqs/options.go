@@ -73,29 +73,29 @@ func (o Options) withDefaults() (Options, *retry.Retrier, error) {
 	}
 	var errs []error
 	if o.Handler == "" {
-		errs = append(errs, errors.New("Handler is required"))
+		errs = append(errs, errors.New("option Handler is required"))
 	}
 	if o.QueueURL == "" {
-		errs = append(errs, errors.New("QueueURL is required"))
+		errs = append(errs, errors.New("option QueueURL is required"))
 	}
 	if o.Key == nil {
-		errs = append(errs, errors.New("Key is required (AttributeKey or MessageID)"))
+		errs = append(errs, errors.New("option Key is required (AttributeKey or MessageID)"))
 	}
 	if o.MaxMessages < 1 || o.MaxMessages > 10 {
-		errs = append(errs, fmt.Errorf("MaxMessages %d is not within 1 to 10", o.MaxMessages))
+		errs = append(errs, fmt.Errorf("option MaxMessages %d is not within 1 to 10", o.MaxMessages))
 	}
 	if o.WaitTime < 0 || o.WaitTime > 20*time.Second || o.WaitTime%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("WaitTime %v is not whole seconds within 0 to 20s", o.WaitTime))
+		errs = append(errs, fmt.Errorf("option WaitTime %v is not whole seconds within 0 to 20s", o.WaitTime))
 	}
 	if o.Visibility < time.Second || o.Visibility > 12*time.Hour || o.Visibility%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("Visibility %v is not whole seconds within 1s to 12h", o.Visibility))
+		errs = append(errs, fmt.Errorf("option Visibility %v is not whole seconds within 1s to 12h", o.Visibility))
 	}
 	if o.Heartbeat <= 0 || o.Heartbeat >= o.Visibility {
-		errs = append(errs, fmt.Errorf("Heartbeat %v is not within 0 and Visibility %v", o.Heartbeat, o.Visibility))
+		errs = append(errs, fmt.Errorf("option Heartbeat %v is not within 0 and Visibility %v", o.Heartbeat, o.Visibility))
 	}
 	r, err := retry.New(o.Retry)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("Retry: %w", err))
+		errs = append(errs, fmt.Errorf("option Retry: %w", err))
 	}
 	if len(errs) > 0 {
 		return o, nil, fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))

@@ -69,18 +69,18 @@ func NewSender(api SendAPI, opts SenderOptions) (relay.Sender, error) {
 	o.FenceAttribute = cmp.Or(o.FenceAttribute, DefaultFenceAttribute)
 	var errs []error
 	if o.QueueURL == "" {
-		errs = append(errs, errors.New("QueueURL is required"))
+		errs = append(errs, errors.New("option QueueURL is required"))
 	}
 	for _, name := range []string{o.KeyAttribute, o.FenceAttribute} {
 		if !validAttributeName(name) {
-			errs = append(errs, fmt.Errorf("attribute name %q: 1 to 256 of A-Z a-z 0-9 _ - ., not starting with AWS. or Amazon.", name))
+			errs = append(errs, fmt.Errorf("attribute name %q: 1 to 256 of A-Z a-z 0-9 _ - . (no AWS or Amazon prefix)", name))
 		}
 	}
 	if o.KeyAttribute == o.FenceAttribute {
-		errs = append(errs, fmt.Errorf("KeyAttribute and FenceAttribute are both %q", o.KeyAttribute))
+		errs = append(errs, fmt.Errorf("option KeyAttribute and FenceAttribute are both %q", o.KeyAttribute))
 	}
 	if o.GroupID != "" && !validID(o.GroupID) {
-		errs = append(errs, fmt.Errorf("GroupID %q: 1 to 128 of letters, digits and punctuation", clip(o.GroupID)))
+		errs = append(errs, fmt.Errorf("option GroupID %q: 1 to 128 of letters, digits and punctuation", clip(o.GroupID)))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
