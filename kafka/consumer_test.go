@@ -80,10 +80,12 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 	for _, opt := range []string{"kgo.ConsumerGroup", "kgo.DisableAutoCommit", "kgo.BlockRebalanceOnPoll"} {
 		require.ErrorContains(t, err, opt)
 	}
-	autoCommit, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics(topic), kgo.BlockRebalanceOnPoll())
+	// Another group: a member of "g" that never polls would hold the
+	// partition the consumer below needs.
+	autoCommit, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("other"), kgo.ConsumeTopics(topic), kgo.BlockRebalanceOnPoll())
 	require.NoError(t, err)
-	defer autoCommit.Close()
 	_, err = kafka.NewConsumer(db, autoCommit, count, opts)
+	autoCommit.Close()
 	require.ErrorIs(t, err, kafka.ErrClientConfig)
 	require.ErrorContains(t, err, "kgo.DisableAutoCommit")
 	require.NotContains(t, err.Error(), "kgo.ConsumerGroup")
@@ -95,7 +97,12 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 	require.NoError(t, err)
 	produce(t, c.ListenAddrs(), topic, "k")
 	stop := run(t, cons)
-	require.ErrorIs(t, <-second, kafka.ErrRunning, "a second Run while the first runs")
+	select {
+	case err := <-second:
+		require.ErrorIs(t, err, kafka.ErrRunning, "a second Run while the first runs")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the consumer never polled the record")
+	}
 	stop()
 }
 

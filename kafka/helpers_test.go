@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/oncetest"
 	"github.com/oncekv/oncekv/kafka"
 )
 
@@ -46,7 +45,7 @@ func consumerClient(t testing.TB, addrs []string, group, topic string, extra ...
 	opts := append(kafka.ConsumerOpts(group, topic),
 		kgo.SeedBrokers(addrs...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.SessionTimeout(time.Second),
+		kgo.SessionTimeout(3*time.Second), // a loaded CI machine may miss a beat or two
 		kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.RebalanceTimeout(time.Second),
 		kgo.FetchMaxWait(100*time.Millisecond),
@@ -154,14 +153,8 @@ func sum(m map[int32]int64) int64 {
 	return n
 }
 
-// soak returns n times ONCEKV_KAFKA_SOAK when that is a positive integer,
-// else n.
-func soak(n int) int {
-	if k, err := strconv.Atoi(os.Getenv("ONCEKV_KAFKA_SOAK")); err == nil && k > 0 {
-		return n * k
-	}
-	return n
-}
+// soak returns n times ONCEKV_KAFKA_SOAK when that is a positive integer.
+func soak(n int) int { return oncetest.Soak("ONCEKV_KAFKA_SOAK", n) }
 
 // openDB opens a store in the test's temporary directory, closed when the
 // test ends.

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
 // The tests run against goaws, an SQS-compatible server, inside the test
@@ -182,12 +183,7 @@ func keys(n int) []string {
 }
 
 // soak returns n times ONCEKV_SQS_SOAK when that is a positive integer.
-func soak(n int) int {
-	if k, err := strconv.Atoi(os.Getenv("ONCEKV_SQS_SOAK")); err == nil && k > 0 {
-		return n * k
-	}
-	return n
-}
+func soak(n int) int { return oncetest.Soak("ONCEKV_SQS_SOAK", n) }
 
 func openDB(t testing.TB) *oncekv.DB {
 	t.Helper()

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/oncetest"
 	oncesqs "github.com/oncekv/oncekv/sqs"
 )
 
@@ -32,12 +33,7 @@ type childConfig struct {
 	Pause                time.Duration // after each batch's store commit, before its deletes
 }
 
-func TestMain(m *testing.M) {
-	if v := os.Getenv(childEnv); v != "" {
-		os.Exit(child(v))
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { oncetest.ChildMain(m, childEnv, child) }
 
 // child is the consumer process: per batch it prints "applied KEY" or
 // "dup KEY" per message, then "batch", once the batch committed in the
@@ -83,28 +79,10 @@ func child(v string) int {
 	return 0
 }
 
-// startChild runs the test binary as a consumer and returns it with the
-// channel of the lines it prints, closed when its output ends.
+// startChild runs a consumer process (see child).
 func startChild(t *testing.T, cfg childConfig) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	v, err := json.Marshal(cfg)
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(v))
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd, lines
+	return oncetest.StartChild(t, childEnv, cfg)
 }
 
 // TestConsumerKilledAppliesEachOnce sends messages, a quarter of them
