@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -69,16 +67,7 @@ func child(v string) int {
 	cons, err := kafka.NewConsumer(db, cl, count, kafka.Options{
 		Handler: "payment_captured", Key: kafka.HeaderKey(kafka.DefaultKeyHeader), MaxRecords: 50, Logger: quiet,
 		OnBatch: func(outs []kafka.Outcome) {
-			for _, o := range outs {
-				verb := "applied"
-				if o.Verdict == kafka.Duplicate {
-					verb = "dup"
-				}
-				fmt.Fprintln(out, verb, o.Key)
-			}
-			fmt.Fprintln(out, "batch")
-			_ = out.Flush()
-			time.Sleep(c.Pause)
+			oncetest.SayBatch(out, len(outs), func(i int) (string, bool) { return outs[i].Key, outs[i].Verdict == kafka.Duplicate }, c.Pause)
 		}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
@@ -89,12 +78,6 @@ func child(v string) int {
 		return 1
 	}
 	return 0
-}
-
-// startChild runs a consumer process (see child).
-func startChild(t *testing.T, cfg childConfig) (*exec.Cmd, <-chan string) {
-	t.Helper()
-	return oncetest.StartChild(t, childEnv, cfg)
 }
 
 // TestKillBetweenStoreCommitAndOffsetCommit SIGKILLs a real consumer
@@ -124,56 +107,33 @@ func TestKillBetweenStoreCommitAndOffsetCommit(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 26))
 	wantKills := soak(8)
-	var (
-		kills, rounds, dups, appliedLines int
-		batch                             []string
-		owed                              = make(map[string]bool) // keys of killed batches not yet seen again
-	)
-	cmd, lines := startChild(t, cfg)
-	rounds++
+	ch := oncetest.NewChaos(t, childEnv, cfg)
 	deadline := time.After(90 * time.Second)
 	for sum(committed(c, group, topic)) < total {
 		select {
 		case <-deadline:
-			t.Fatalf("not done after 90s: committed %d of %d, kills %d", sum(committed(c, group, topic)), total, kills)
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("the consumer exited on its own: %v", cmd.Wait())
-			}
-			verb, key, _ := strings.Cut(line, " ")
-			switch verb {
-			case "applied":
-				appliedLines++
-				batch = append(batch, key)
-			case "dup":
-				dups++
-				delete(owed, key)
-				batch = append(batch, key)
-			case "batch":
-				if kills < wantKills && rng.IntN(3) != 0 {
-					require.NoError(t, cmd.Process.Kill())
-					_ = cmd.Wait()
-					kills++
-					for _, k := range batch {
-						owed[k] = true
-					}
-					cmd, lines = startChild(t, cfg)
-					rounds++
-				}
-				batch = batch[:0]
+			t.Fatalf("not done after 90s: committed %d of %d, kills %d", sum(committed(c, group, topic)), total, ch.Kills)
+		case line, ok := <-ch.Lines:
+			switch {
+			case !ok:
+				ch.Exited()
+			case !ch.Line(line):
+			case ch.Kills < wantKills && rng.IntN(3) != 0:
+				ch.Kill(true) // the child pauses in the window: after the store commit, before the offset commit
+			default:
+				ch.EndBatch()
 			}
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	ch.Stop()
 
-	require.Equal(t, wantKills, kills, "kills in the window")
-	require.Empty(t, owed, "every killed batch was delivered again and suppressed")
+	require.Equal(t, wantKills, ch.Kills, "kills in the window")
+	require.Zero(t, ch.Owed(), "every killed batch was delivered again and suppressed")
 	db, err := oncekv.Open(cfg.DB, nil)
 	require.NoError(t, err)
 	defer db.Close()
 	requireOnce(t, db, ks)
 	t.Logf("rounds %d, kills %d (each after the store commit, before the offset commit), records %d (%d keys, %d produced twice), applied %d, duplicates suppressed %d, lost 0, doubled 0",
-		rounds, kills, total, len(ks), len(again), appliedLines, dups)
+		ch.Rounds, ch.Kills, total, len(ks), len(again), ch.Applied, ch.Dups)
 }

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -57,16 +55,7 @@ func child(v string) int {
 		Handler: "orders", QueueURL: c.QueueURL, Key: oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute),
 		WaitTime: time.Second, Visibility: time.Second, Heartbeat: 300 * time.Millisecond, Logger: quiet,
 		OnBatch: func(outs []oncesqs.Outcome) {
-			for _, o := range outs {
-				verb := "applied"
-				if o.Verdict == oncesqs.Duplicate {
-					verb = "dup"
-				}
-				fmt.Fprintln(out, verb, o.Key)
-			}
-			fmt.Fprintln(out, "batch")
-			_ = out.Flush()
-			time.Sleep(c.Pause)
+			oncetest.SayBatch(out, len(outs), func(i int) (string, bool) { return outs[i].Key, outs[i].Verdict == oncesqs.Duplicate }, c.Pause)
 		}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
@@ -77,12 +66,6 @@ func child(v string) int {
 		return 1
 	}
 	return 0
-}
-
-// startChild runs a consumer process (see child).
-func startChild(t *testing.T, cfg childConfig) (*exec.Cmd, <-chan string) {
-	t.Helper()
-	return oncetest.StartChild(t, childEnv, cfg)
 }
 
 // TestConsumerKilledAppliesEachOnce sends messages, a quarter of them
@@ -122,75 +105,45 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 		sent <- n
 	}()
 
-	var (
-		rounds, kills, windowKills, dups, applied int
-		batch                                     []string
-		owed                                      = make(map[string]bool) // keys of batches killed before their delete
-		total                                     = -1
-	)
-	cmd, lines := startChild(t, cfg)
-	rounds++
-	kill := func(inWindow bool) {
-		require.NoError(t, cmd.Process.Kill())
-		_ = cmd.Wait()
-		kills++
-		if inWindow {
-			windowKills++
-			for _, k := range batch {
-				owed[k] = true
-			}
-		}
-		cmd, lines = startChild(t, cfg)
-		rounds++
-	}
+	total := -1
+	ch := oncetest.NewChaos(t, childEnv, cfg)
 	timer := time.After(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
 	deadline := time.After(100 * time.Second)
-	for total < 0 || depth(t, c, qurl) > 0 || len(owed) > 0 {
+	for total < 0 || depth(t, c, qurl) > 0 || ch.Owed() > 0 {
 		select {
 		case n := <-sent:
 			total = n
 		case <-deadline:
-			t.Fatalf("not done after 100s: depth %d, kills %d, owed %d", depth(t, c, qurl), kills, len(owed))
+			t.Fatalf("not done after 100s: depth %d, kills %d, owed %d", depth(t, c, qurl), ch.Kills, ch.Owed())
 		case <-timer:
-			if kills < wantKills && kills%2 == 0 {
-				kill(false)
-				batch = batch[:0]
+			if ch.Kills < wantKills && ch.Kills%2 == 0 {
+				ch.Kill(false) // anywhere: in a receive, a batch, a heartbeat
 			}
 			timer = time.After(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("the consumer exited on its own: %v", cmd.Wait())
-			}
-			verb, key, _ := strings.Cut(line, " ")
-			switch verb {
-			case "applied":
-				applied++
-				batch = append(batch, key)
-			case "dup":
-				dups++
-				delete(owed, key)
-				batch = append(batch, key)
-			case "batch":
-				if kills < wantKills && kills%2 == 1 {
-					kill(true)
-				}
-				batch = batch[:0]
+		case line, ok := <-ch.Lines:
+			switch {
+			case !ok:
+				ch.Exited()
+			case !ch.Line(line):
+			case ch.Kills < wantKills && ch.Kills%2 == 1:
+				ch.Kill(true) // after the store commit, before the delete
+			default:
+				ch.EndBatch()
 			}
 		}
 	}
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	ch.Stop()
 
-	require.Equal(t, wantKills, kills)
-	require.Empty(t, owed, "every batch killed before its delete came back and was suppressed")
+	require.Equal(t, wantKills, ch.Kills)
+	require.Zero(t, ch.Owed(), "every batch killed before its delete came back and was suppressed")
 	db, err := oncekv.Open(cfg.DB, nil)
 	require.NoError(t, err)
 	defer db.Close()
 	requireOnce(t, db, ks)
-	require.Positive(t, dups)
+	require.Positive(t, ch.Dups)
 	require.Equal(t, len(ks)+len(ks)/4, total)
 	t.Logf("rounds %d, kills %d (%d after the store commit and before the delete, %d at random instants), messages sent %d (%d keys), applied %d, duplicates suppressed %d, lost 0, doubled 0",
-		rounds, kills, windowKills, kills-windowKills, total, len(ks), applied, dups)
+		ch.Rounds, ch.Kills, ch.WindowKills, ch.Kills-ch.WindowKills, total, len(ks), ch.Applied, ch.Dups)
 }
 
 func btoi(b bool) int {
