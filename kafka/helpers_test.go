@@ -156,15 +156,9 @@ func sum(m map[int32]int64) int64 {
 // soak returns n times ONCEKV_KAFKA_SOAK when that is a positive integer.
 func soak(n int) int { return oncetest.Soak("ONCEKV_KAFKA_SOAK", n) }
 
-// openDB opens a store in the test's temporary directory, closed when the
-// test ends.
-func openDB(t testing.TB) *oncekv.DB {
-	t.Helper()
-	db, err := oncekv.Open(t.TempDir()+"/kafka.db", nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	return db
-}
+// openDB opens a store in the test's temporary directory, closed and
+// checked when the test ends.
+func openDB(t testing.TB) *oncekv.DB { return oncetest.Open(t, nil) }
 
 // run runs c until stop is called, which waits for Run to return and
 // requires it returned nil.

@@ -1,14 +1,8 @@
 package kafka_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,29 +22,17 @@ type childConfig struct {
 	Brokers      []string
 	Topic, Group string
 	DB           string
-	Pause        time.Duration // after each batch's store commit, before its offset commit
 }
 
-func TestMain(m *testing.M) { oncetest.ChildMain(m, childEnv, child) }
+func TestMain(m *testing.M) {
+	oncetest.ChildMain(m, childEnv, func(c *childConfig) string { return c.DB }, consume)
+}
 
-// child is the consumer process. For each batch it prints "applied KEY" or
-// "dup KEY" per record, then "batch", once the batch committed in the
-// store; it then pauses before the offset commit, the window the parent
-// kills it in.
-func child(v string) int {
-	var c childConfig
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		fmt.Fprintln(os.Stderr, "child config:", err)
-		return 2
-	}
-	db, err := oncekv.Open(c.DB, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "open:", err)
-		return 2
-	}
-	defer db.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+// consume is the consumer process. For each batch, once it committed in
+// the store, it prints "applied KEY" or "dup KEY" per record, then
+// "batch", and waits for the parent's go-ahead before the offset commit:
+// the window the parent kills it in.
+func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
 	// A static member: the next process takes the killed one's place at
 	// once instead of waiting for its session to time out.
 	cl, err := kgo.NewClient(append(kafka.ConsumerOpts(c.Group, c.Topic),
@@ -59,25 +41,18 @@ func child(v string) int {
 		kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.FetchMaxWait(100*time.Millisecond))...)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "client:", err)
-		return 2
+		return err
 	}
 	defer cl.Close()
-	out := bufio.NewWriter(os.Stdout)
 	cons, err := kafka.NewConsumer(db, cl, count, kafka.Options{
 		Handler: "payment_captured", Key: kafka.HeaderKey(kafka.DefaultKeyHeader), MaxRecords: 50, Logger: quiet,
 		OnBatch: func(outs []kafka.Outcome) {
-			oncetest.SayBatch(out, len(outs), func(i int) (string, bool) { return outs[i].Key, outs[i].Verdict == kafka.Duplicate }, c.Pause)
+			oncetest.SayBatch(len(outs), func(i int) (string, bool) { return outs[i].Key, outs[i].Verdict == kafka.Duplicate })
 		}})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "consumer:", err)
-		return 2
+		return err
 	}
-	if err := cons.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "run:", err)
-		return 1
-	}
-	return 0
+	return cons.Run(ctx)
 }
 
 // TestKillBetweenStoreCommitAndOffsetCommit SIGKILLs a real consumer
@@ -101,7 +76,7 @@ func TestKillBetweenStoreCommitAndOffsetCommit(t *testing.T) {
 	produce(t, addrs, topic, ks...)
 	produce(t, addrs, topic, again...)
 	total := int64(len(ks) + len(again))
-	cfg := childConfig{Brokers: addrs, Topic: topic, Group: group, DB: t.TempDir() + "/consumer.db", Pause: 100 * time.Millisecond}
+	cfg := childConfig{Brokers: addrs, Topic: topic, Group: group, DB: t.TempDir() + "/consumer.db"}
 
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)

@@ -185,13 +185,9 @@ func keys(n int) []string {
 // soak returns n times ONCEKV_SQS_SOAK when that is a positive integer.
 func soak(n int) int { return oncetest.Soak("ONCEKV_SQS_SOAK", n) }
 
-func openDB(t testing.TB) *oncekv.DB {
-	t.Helper()
-	db, err := oncekv.Open(t.TempDir()+"/sqs.db", nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	return db
-}
+// openDB opens a store in the test's temporary directory, closed and
+// checked when the test ends.
+func openDB(t testing.TB) *oncekv.DB { return oncetest.Open(t, nil) }
 
 var quiet = slog.New(slog.DiscardHandler)
 

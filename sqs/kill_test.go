@@ -1,14 +1,8 @@
 package sqs_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,44 +22,27 @@ const childEnv = "ONCEKV_SQS_CHILD"
 
 type childConfig struct {
 	Server, QueueURL, DB string
-	Pause                time.Duration // after each batch's store commit, before its deletes
 }
 
-func TestMain(m *testing.M) { oncetest.ChildMain(m, childEnv, child) }
+func TestMain(m *testing.M) {
+	oncetest.ChildMain(m, childEnv, func(c *childConfig) string { return c.DB }, consume)
+}
 
-// child is the consumer process: per batch it prints "applied KEY" or
-// "dup KEY" per message, then "batch", once the batch committed in the
-// store, and pauses before deleting: the window the parent kills it in.
-func child(v string) int {
-	var c childConfig
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		fmt.Fprintln(os.Stderr, "child config:", err)
-		return 2
-	}
-	db, err := oncekv.Open(c.DB, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "open:", err)
-		return 2
-	}
-	defer db.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	out := bufio.NewWriter(os.Stdout)
+// consume is the consumer process: per batch, once it committed in the
+// store, it prints "applied KEY" or "dup KEY" per message, then "batch",
+// and waits for the parent's go-ahead before deleting: the window the
+// parent kills it in.
+func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
 	cons, err := oncesqs.NewConsumer(db, client(c.Server), count, oncesqs.Options{
 		Handler: "orders", QueueURL: c.QueueURL, Key: oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute),
 		WaitTime: time.Second, Visibility: time.Second, Heartbeat: 300 * time.Millisecond, Logger: quiet,
 		OnBatch: func(outs []oncesqs.Outcome) {
-			oncetest.SayBatch(out, len(outs), func(i int) (string, bool) { return outs[i].Key, outs[i].Verdict == oncesqs.Duplicate }, c.Pause)
+			oncetest.SayBatch(len(outs), func(i int) (string, bool) { return outs[i].Key, outs[i].Verdict == oncesqs.Duplicate })
 		}})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "consumer:", err)
-		return 2
+		return err
 	}
-	if err := cons.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "run:", err)
-		return 1
-	}
-	return 0
+	return cons.Run(ctx)
 }
 
 // TestConsumerKilledAppliesEachOnce sends messages, a quarter of them
@@ -82,7 +59,7 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	c := client(url)
 	qurl, _ := newQueue(t, c, time.Second, 0, false)
 	ks := keys(soak(300))
-	cfg := childConfig{Server: url, QueueURL: qurl, DB: t.TempDir() + "/consumer.db", Pause: 100 * time.Millisecond}
+	cfg := childConfig{Server: url, QueueURL: qurl, DB: t.TempDir() + "/consumer.db"}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 26))
