@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -80,55 +79,14 @@ func keys(n int) []string {
 	return out
 }
 
-var countsBucket = []byte("applied")
-
-// count is the effect of the tests: it adds one to the record key's count,
-// in the store's transaction, so a count above 1 is a double application.
-func count(tx *oncekv.Tx, r *kgo.Record) ([]byte, error) {
-	b, err := tx.CreateBucketIfNotExists(countsBucket)
-	if err != nil {
-		return nil, err
-	}
-	var n uint64
-	if v := b.Get(r.Key); len(v) == 8 {
-		n = binary.BigEndian.Uint64(v)
-	}
-	return nil, b.Put(r.Key, binary.BigEndian.AppendUint64(nil, n+1))
-}
-
-// applied returns how many times each key was applied.
-func applied(t testing.TB, db *oncekv.DB) map[string]uint64 {
-	t.Helper()
-	out := make(map[string]uint64)
-	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
-		b := tx.Bucket(countsBucket)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			out[string(k)] = binary.BigEndian.Uint64(v)
-			return nil
-		})
-	}))
-	return out
-}
+// count is the effect of the tests: one more to the record key's count,
+// in the store's transaction (see oncetest.CountApply).
+func count(tx *oncekv.Tx, r *kgo.Record) ([]byte, error) { return oncetest.CountApply(tx, r.Key) }
 
 // requireOnce requires that exactly want were applied, each once.
 func requireOnce(t testing.TB, db *oncekv.DB, want []string) {
 	t.Helper()
-	got := applied(t, db)
-	lost, doubled := 0, 0
-	for _, k := range want {
-		switch n := got[k]; {
-		case n == 0:
-			lost++
-		case n > 1:
-			doubled++
-		}
-	}
-	require.Zero(t, lost, "keys never applied")
-	require.Zero(t, doubled, "keys applied more than once")
-	require.Len(t, got, len(want), "keys applied that were never produced")
+	oncetest.RequireAppliedOnce(t, db, want)
 }
 
 // committed returns the group's committed offset of each partition of

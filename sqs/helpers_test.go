@@ -2,7 +2,6 @@ package sqs_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/internal/oncetest"
+	oncesqs "github.com/oncekv/oncekv/sqs"
 )
 
 // The tests run against goaws, an SQS-compatible server, inside the test
@@ -127,51 +127,16 @@ func send(t testing.TB, c *sqs.Client, url, key string) {
 	require.NoError(t, err)
 }
 
-var countsBucket = []byte("applied")
-
-// count is the tests' effect: one more to the key's count, in the store's
-// transaction, so a count above 1 is a double application.
+// count is the tests' effect: one more to the count of the message's
+// Idempotency-Key, in the store's transaction (see oncetest.CountApply).
 func count(tx *oncekv.Tx, m *types.Message) ([]byte, error) {
-	b, err := tx.CreateBucketIfNotExists(countsBucket)
-	if err != nil {
-		return nil, err
-	}
-	key := []byte(aws.ToString(m.Body))
-	var n uint64
-	if v := b.Get(key); len(v) == 8 {
-		n = binary.BigEndian.Uint64(v)
-	}
-	return nil, b.Put(key, binary.BigEndian.AppendUint64(nil, n+1))
+	return oncetest.CountApply(tx, []byte(oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute)(m)))
 }
 
-// requireOnce requires that the bodies "v-KEY" of want were applied, each
-// exactly once, and nothing else; it returns the lost and doubled counts
-// (both zero when it returns).
+// requireOnce requires that exactly want were applied, each once.
 func requireOnce(t testing.TB, db *oncekv.DB, want []string) {
 	t.Helper()
-	got := make(map[string]uint64)
-	require.NoError(t, db.View(func(tx *oncekv.Tx) error {
-		b := tx.Bucket(countsBucket)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			got[string(k)] = binary.BigEndian.Uint64(v)
-			return nil
-		})
-	}))
-	lost, doubled := 0, 0
-	for _, k := range want {
-		switch n := got["v-"+k]; {
-		case n == 0:
-			lost++
-		case n > 1:
-			doubled++
-		}
-	}
-	require.Zero(t, lost, "keys never applied")
-	require.Zero(t, doubled, "keys applied more than once")
-	require.Len(t, got, len(want), "keys applied that were never sent")
+	oncetest.RequireAppliedOnce(t, db, want)
 }
 
 func keys(n int) []string {
