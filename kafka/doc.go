@@ -61,6 +61,18 @@
 //     store removes those.
 //   - Order. Dedup does not fix reordering; the fencing token in the
 //     FenceHeader lets a consumer refuse a stale write (oncekv.PutFenced).
+//     A partition is applied in offset order, except past a key held by a
+//     live Claim (oncekv.ErrInProgress), which later records of its
+//     partition overtake.
+//
+// # Caveats
+//
+// A transient failure pauses the whole consumer (every partition of the
+// client) for its backoff before the next poll; a record that fails
+// transiently on every poll is given up on after the retry policy's
+// MaxAttempts. The Consumer starts no goroutine of its own; Run returns
+// when ctx is done, and the caller closes the client after it. Its memory
+// of transient failures holds one entry per partition at most.
 //
 // # Tests
 //
