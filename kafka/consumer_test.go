@@ -238,3 +238,16 @@ func dedupe(xs []string) []string {
 	}
 	return out
 }
+
+// TestKeyFuncs: HeaderKey reads the first header of its name (Kafka
+// compares header keys case-sensitively), RecordKey the record key,
+// CoordinatesKey topic/partition/offset; a missing key is empty (ErrNoKey).
+func TestKeyFuncs(t *testing.T) {
+	r := &kgo.Record{Topic: "payments", Partition: 7, Offset: 88133612, Key: []byte("customer-1"),
+		Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("other case")}, {Key: kafka.DefaultKeyHeader, Value: []byte("evt_01HXQ8K2")}, {Key: kafka.DefaultKeyHeader, Value: []byte("second")}}}
+	require.Equal(t, "evt_01HXQ8K2", kafka.HeaderKey(kafka.DefaultKeyHeader)(r))
+	require.Empty(t, kafka.HeaderKey("Missing")(r))
+	require.Equal(t, "customer-1", kafka.RecordKey(r))
+	require.Equal(t, "payments/7/88133612", kafka.CoordinatesKey(r))
+	require.Empty(t, kafka.RecordKey(&kgo.Record{}))
+}

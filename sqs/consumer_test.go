@@ -205,3 +205,28 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 	require.ErrorIs(t, got[0].Err, oncekv.ErrKeyTooLarge)
 	require.Less(t, len(got[0].Err.Error()), 400, "the error quotes a bounded part of the key")
 }
+
+// TestMessageIDKeyMissesAProducersRetry shows the caveat of MessageID:
+// SQS mints a message id per send, so a producer that sends one operation
+// twice makes two ids, and a consumer keyed by MessageID applies it twice;
+// keyed by the Idempotency-Key attribute it applies it once.
+func TestMessageIDKeyMissesAProducersRetry(t *testing.T) {
+	c := client(server(t))
+	for _, tc := range []struct {
+		name string
+		key  oncesqs.KeyFunc
+		want uint64 // applications of the one operation
+	}{{"MessageID", oncesqs.MessageID, 2}, {"AttributeKey", oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute), 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, _ := newQueue(t, c, 5*time.Second, 0, false)
+			send(t, c, url, "order-1")
+			send(t, c, url, "order-1") // the producer's retry after a timeout
+			db := openDB(t)
+			cons, err := oncesqs.NewConsumer(db, c, count, oncesqs.Options{Handler: "orders", QueueURL: url,
+				Key: tc.key, WaitTime: time.Second, Logger: quiet})
+			require.NoError(t, err)
+			runUntil(t, cons, 10*time.Second, func() bool { return depth(t, c, url) == 0 })
+			require.Equal(t, tc.want, cons.Stats().Applied)
+		})
+	}
+}
