@@ -3,8 +3,10 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"time"
 
@@ -73,31 +75,57 @@ func Example() {
 	// applied 2, duplicates 1
 }
 
-// ExampleNewConsumer is the one-screen example of docs/kafka.md, compiled
-// but not run: a consumer and a relay on a real cluster.
+// ExampleNewConsumer is docs/kafka.md's example, compiled but not run: a
+// consumer of a real cluster, and the outbox of the same store relayed to
+// it with the idempotent producer.
 func ExampleNewConsumer() {
-	consume := func(ctx context.Context, db *oncekv.DB, outbox *queue.Queue) error {
-		cl, _ := kgo.NewClient(append(kafka.ConsumerOpts("billing", "payments"),
-			kgo.SeedBrokers("127.0.0.1:9092"), kgo.RebalanceTimeout(30*time.Second))...)
-		defer cl.Close()
-		cons, err := kafka.NewConsumer(db, cl, func(tx *oncekv.Tx, r *kgo.Record) ([]byte, error) {
-			b, err := tx.CreateBucketIfNotExists([]byte("payments"))
-			if err != nil {
-				return nil, err
-			}
-			return nil, b.Put(r.Headers[0].Value, r.Value) // commits with the dedup mark
-		}, kafka.Options{Handler: "payment_captured", Key: kafka.HeaderKey(kafka.DefaultKeyHeader)})
-		if err != nil {
-			return err
-		}
-
-		// The outbox side: the idempotent producer, the key as record key.
-		prod, _ := kgo.NewClient(append(kafka.ProducerOpts(), kgo.SeedBrokers("127.0.0.1:9092"))...)
-		defer prod.Close()
-		send, _ := kafka.NewSender(prod, kafka.SenderOptions{Topic: "payments"})
-		go relay.Run(ctx, outbox, send, nil)
-
-		return cons.Run(ctx) // until ctx is done
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	db, err := oncekv.Open("billing.db", nil)
+	if err != nil {
+		log.Fatal(err)
 	}
-	_ = consume
+	defer db.Close()
+	brokers := kgo.SeedBrokers("127.0.0.1:9092")
+
+	cl, err := kgo.NewClient(append(kafka.ConsumerOpts("billing", "payments"), brokers,
+		kgo.RebalanceTimeout(30*time.Second))...) // above the longest batch
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	cons, err := kafka.NewConsumer(db, cl, func(tx *oncekv.Tx, r *kgo.Record) ([]byte, error) {
+		b, err := tx.CreateBucketIfNotExists([]byte("payments"))
+		if err != nil {
+			return nil, err
+		}
+		return nil, b.Put(r.Key, r.Value) // in the mark's transaction
+	}, kafka.Options{Handler: "payment_captured", Key: kafka.HeaderKey(kafka.DefaultKeyHeader)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() {
+		if err := cons.Run(ctx); err != nil { // offsets committed after each batch
+			log.Print(err)
+		}
+	}()
+
+	// The producer: an outbox in the same store, relayed with the
+	// idempotent producer, the key as record key and header.
+	outbox, err := queue.Open(db, "outbox", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	prod, err := kgo.NewClient(append(kafka.ProducerOpts(), brokers)...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer prod.Close()
+	send, err := kafka.NewSender(prod, kafka.SenderOptions{Topic: "payments"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := relay.Run(ctx, outbox, send, nil); err != nil {
+		log.Print(err)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/applycount"
 	"github.com/oncekv/oncekv/internal/oncetest"
 	"github.com/oncekv/oncekv/kafka"
 )
@@ -80,8 +81,10 @@ func keys(n int) []string {
 }
 
 // count is the effect of the tests: one more to the record key's count,
-// in the store's transaction (see oncetest.CountApply).
-func count(tx *oncekv.Tx, r *kgo.Record) ([]byte, error) { return oncetest.CountApply(tx, r.Key) }
+// in the store's transaction (see applycount).
+func count(tx *oncekv.Tx, r *kgo.Record) ([]byte, error) {
+	return nil, applycount.Add(tx, string(r.Key))
+}
 
 // requireOnce requires that exactly want were applied, each once.
 func requireOnce(t testing.TB, db *oncekv.DB, want []string) {

@@ -3,8 +3,10 @@ package sqs_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"time"
 
@@ -18,34 +20,54 @@ import (
 	oncesqs "github.com/oncekv/oncekv/sqs"
 )
 
-// ExampleNewConsumer is the one-screen example of docs/sqs.md, compiled
-// but not run: a consumer and an outbox relay on a real queue. client is
-// sqs.NewFromConfig(cfg), cfg from config.LoadDefaultConfig.
+// ExampleNewConsumer is docs/sqs.md's example, compiled but not run: a
+// consumer of a real queue, and the outbox of the same store relayed to
+// it. cfg comes from config.LoadDefaultConfig in a real program.
 func ExampleNewConsumer() {
-	consume := func(ctx context.Context, client *sqs.Client, db *oncekv.DB, outbox *queue.Queue, queueURL string) error {
-		cons, err := oncesqs.NewConsumer(db, client, func(tx *oncekv.Tx, m *types.Message) ([]byte, error) {
-			b, err := tx.CreateBucketIfNotExists([]byte("orders"))
-			if err != nil {
-				return nil, err
-			}
-			return nil, b.Put([]byte(*m.MessageId), []byte(*m.Body)) // commits with the dedup mark
-		}, oncesqs.Options{
-			Handler:  "order_placed",
-			QueueURL: queueURL,
-			Key:      oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute), // not MessageID: a new one per send
-		})
-		if err != nil {
-			return err
-		}
-
-		// The outbox side: the key in an attribute, and as the
-		// MessageDeduplicationId on a FIFO queue.
-		send, _ := oncesqs.NewSender(client, oncesqs.SenderOptions{QueueURL: queueURL})
-		go relay.Run(ctx, outbox, send, nil)
-
-		return cons.Run(ctx) // until ctx is done
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	db, err := oncekv.Open("orders.db", nil)
+	if err != nil {
+		log.Fatal(err)
 	}
-	_ = consume
+	defer db.Close()
+	var cfg aws.Config // config.LoadDefaultConfig(ctx)
+	client := sqs.NewFromConfig(cfg)
+	queueURL := "https://sqs.eu-west-1.amazonaws.com/123456789012/orders"
+
+	cons, err := oncesqs.NewConsumer(db, client, func(tx *oncekv.Tx, m *types.Message) ([]byte, error) {
+		b, err := tx.CreateBucketIfNotExists([]byte("orders"))
+		if err != nil {
+			return nil, err
+		}
+		return nil, b.Put([]byte(*m.MessageId), []byte(*m.Body)) // in the mark's transaction
+	}, oncesqs.Options{
+		Handler:  "order_placed",
+		QueueURL: queueURL,
+		Key:      oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute), // not MessageID: new at each send
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go func() {
+		if err := cons.Run(ctx); err != nil { // deleted after each batch committed
+			log.Print(err)
+		}
+	}()
+
+	// The producer: an outbox in the same store, relayed with the key in
+	// an attribute (and as the deduplication id on a FIFO queue).
+	outbox, err := queue.Open(db, "outbox", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	send, err := oncesqs.NewSender(client, oncesqs.SenderOptions{QueueURL: queueURL})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := relay.Run(ctx, outbox, send, nil); err != nil {
+		log.Print(err)
+	}
 }
 
 // Example consumes a queue, on goaws started in this process, where one

@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/applycount"
 	"github.com/oncekv/oncekv/internal/oncetest"
 	oncesqs "github.com/oncekv/oncekv/sqs"
 )
@@ -128,9 +129,9 @@ func send(t testing.TB, c *sqs.Client, url, key string) {
 }
 
 // count is the tests' effect: one more to the count of the message's
-// Idempotency-Key, in the store's transaction (see oncetest.CountApply).
+// Idempotency-Key, in the store's transaction (see applycount).
 func count(tx *oncekv.Tx, m *types.Message) ([]byte, error) {
-	return oncetest.CountApply(tx, []byte(oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute)(m)))
+	return nil, applycount.Add(tx, oncesqs.AttributeKey(oncesqs.DefaultKeyAttribute)(m))
 }
 
 // requireOnce requires that exactly want were applied, each once.
