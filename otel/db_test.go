@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
-	
+
 	"github.com/oncekv/oncekv"
 	oncekvotel "github.com/oncekv/oncekv/otel"
 )
