@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncekv/oncekv"
@@ -29,7 +29,7 @@ type Claim struct {
 func (d *DB) Claim(ctx context.Context, req oncekv.Request, lease time.Duration) (*Claim, error) {
 	op := d.t.operationOf(req.Key)
 	ctx, span := d.t.start(ctx, "oncekv.claim", op, trace.WithAttributes(AttrHandler.String(req.Handler),
-		attribute.Float64("oncekv.lease", lease.Seconds())))
+		attrLease.Float64(lease.Seconds())))
 	defer span.End()
 	c, err := d.DB.Claim(ctx, req, lease)
 	if err != nil || c == nil {
@@ -79,9 +79,10 @@ func (c *Claim) Fail(ctx context.Context, cause error) error {
 	ctx, span := c.startOp(ctx, "oncekv.claim.fail")
 	defer span.End()
 	permanent := oncekv.IsPermanent(cause)
+	msg := ""
 	if cause != nil {
-		span.AddEvent("oncekv.claim.fail", trace.WithAttributes(attribute.String("oncekv.cause", c.d.t.redact(cause.Error(), c.key)),
-			attribute.Bool("oncekv.permanent", permanent)))
+		msg = c.d.t.redact(cause.Error(), c.key)
+		span.AddEvent("oncekv.claim.fail", trace.WithAttributes(attrCause.String(msg), attrPermanent.Bool(permanent)))
 	}
 	err := c.Claim.Fail(ctx, cause)
 	switch {
@@ -89,6 +90,7 @@ func (c *Claim) Fail(ctx context.Context, cause error) error {
 		c.d.t.SetResult(span, c.key, oncekv.Result{}, err, time.Time{})
 	case permanent:
 		c.d.t.setOutcome(span, c.key, OutcomeFailed, oncekv.Result{}, nil, time.Time{})
+		span.SetStatus(codes.Error, msg) // the operation failed for good, as Apply's span says
 	default:
 		c.d.t.setOutcome(span, c.key, OutcomeReleased, oncekv.Result{}, nil, time.Time{})
 	}

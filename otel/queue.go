@@ -134,8 +134,7 @@ func (q *Queue) Nack(ctx context.Context, m *queue.Message, cause error) error {
 		span := trace.SpanFromContext(ctx)
 		if cause != nil && m != nil {
 			span.AddEvent("oncekv.queue.nack", trace.WithAttributes(
-				attribute.String("oncekv.cause", q.t.redact(cause.Error(), m.Key)),
-				attribute.Bool("oncekv.permanent", oncekv.IsPermanent(cause))))
+				attrCause.String(q.t.redact(cause.Error(), m.Key)), attrPermanent.Bool(oncekv.IsPermanent(cause))))
 		}
 		err := q.Queue.Nack(ctx, m, cause)
 		if err == nil && span.IsRecording() {

@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/queue"
 	"github.com/oncekv/oncekv/relay"
 	"github.com/oncekv/oncekv/retry"
@@ -39,13 +38,13 @@ func (t *Telemetry) Sender(queueName string, send relay.Sender) relay.Sender {
 		switch {
 		case err == nil:
 			span.SetAttributes(AttrOutcome.String(string(OutcomeSent)))
-		case oncekv.IsPermanent(err) || retry.IsPermanent(err):
+		case retry.IsPermanent(err):
 			span.SetAttributes(AttrOutcome.String(string(OutcomePermanent)), AttrDeadLetter.Bool(true))
 			t.fail(span, m.Key, err)
 		default:
 			attrs := []attribute.KeyValue{AttrOutcome.String(string(OutcomeRetry))}
 			if d, ok := retry.RetryAfter(err); ok {
-				attrs = append(attrs, attribute.Float64("oncekv.retry_after", d.Seconds()))
+				attrs = append(attrs, attrRetryAfter.Float64(d.Seconds()))
 			}
 			span.SetAttributes(attrs...)
 			t.fail(span, m.Key, err)

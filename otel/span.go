@@ -33,6 +33,10 @@ const (
 	AttrBatchSize   = attribute.Key("oncekv.batch.size")  // requests of an ApplyBatch, messages of a ReceiveBatch
 	AttrBatchIndex  = attribute.Key("oncekv.batch.index") // a request's index in its batch, on its event
 	linkOperation   = attribute.Key("oncekv.link")        // "operation" on the link to a key's trace
+	attrLease       = attribute.Key("oncekv.lease")       // the lease a claim asked for, in seconds
+	attrCause       = attribute.Key("oncekv.cause")       // a failure's message, on Fail's and Nack's events
+	attrPermanent   = attribute.Key("oncekv.permanent")   // whether that failure was permanent
+	attrRetryAfter  = attribute.Key("oncekv.retry_after") // a transient send error's Retry-After, in seconds
 	eventRequest    = "oncekv.request"
 	eventException  = "exception"
 	exceptionMsg    = attribute.Key("exception.message")
