@@ -75,8 +75,8 @@ type ratioWindow struct {
 	window time.Duration
 	mu     sync.Mutex
 	// snaps are oldest first: at most one older than the window (the
-	// base), and the rest at least window/ratioSlots apart, so there are
-	// at most ratioSlots+2 however often collections come.
+	// base), and the rest at least window/ratioSlots apart but the newest,
+	// so there are at most ratioSlots+3 however often collections come.
 	snaps []ratioSnap
 }
 
@@ -98,8 +98,11 @@ func (w *ratioWindow) ratio(now time.Time, retries, sends uint64) float64 {
 		w.snaps = w.snaps[1:]
 	}
 	base := w.snaps[0]
-	if now.Sub(w.snaps[len(w.snaps)-1].at) >= w.window/ratioSlots {
-		w.snaps = append(w.snaps, ratioSnap{now, retries, sends})
+	snap := ratioSnap{now, retries, sends}
+	if n := len(w.snaps); n > 1 && now.Sub(w.snaps[n-2].at) < w.window/ratioSlots {
+		w.snaps[n-1] = snap // the newest within its slot; the first (the zero base) stays
+	} else {
+		w.snaps = append(w.snaps, snap)
 	}
 	// A counter below the base means another relay, or a clock stepped
 	// back: measure from zero rather than underflow.
