@@ -94,7 +94,7 @@ func requireNoKey(t *testing.T, r *rig, key string) {
 	t.Helper()
 	check := func(where string, kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
-			require.NotContains(t, kv.Value.Emit(), key, "%s attribute %s", where, kv.Key)
+			require.NotContains(t, kv.Value.String(), key, "%s attribute %s", where, kv.Key)
 		}
 	}
 	for _, s := range r.spans.Ended() {

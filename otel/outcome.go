@@ -23,7 +23,7 @@ const (
 	OutcomeApplied     Outcome = "applied"     // the effect committed with its mark
 	OutcomeDuplicate   Outcome = "duplicate"   // answered from the stored mark; the effect did not run
 	OutcomeClaimed     Outcome = "claimed"     // Claim took the key under a lease
-	OutcomeExtended    Outcome = "extended"    // Claim.Extend moved the lease on
+	OutcomeExtended    Outcome = "extended"    // Claim.Extend (or Queue.Extend) moved the lease on
 	OutcomeReleased    Outcome = "released"    // Claim.Fail with a transient error freed the key
 	OutcomeFailed      Outcome = "failed"      // a permanent failure, recorded now or replayed (oncekv.duplicate says which)
 	OutcomeInProgress  Outcome = "in_progress" // ErrInProgress: a live claim holds the key
@@ -72,13 +72,13 @@ func OutcomeOf(res oncekv.Result, err error) Outcome {
 
 // failed reports whether outcome is an error of the call: the span's status
 // is then Error. A duplicate, a conflict with a live claim and the normal
-// ends of a claim are not: the store did what it promises.
+// ends of a claim or a delivery are not: the store did what it promises.
 func (o Outcome) failed() bool {
 	switch o {
-	case OutcomeApplied, OutcomeDuplicate, OutcomeClaimed, OutcomeExtended, OutcomeReleased, OutcomeInProgress:
-		return false
+	case OutcomeFailed, OutcomeKeyReuse, OutcomeFenced, OutcomeInvalid, OutcomeAborted, OutcomeUnavailable, OutcomeError:
+		return true
 	}
-	return true
+	return false
 }
 
 // actionAttr is Classify's advice for err, in snake case.

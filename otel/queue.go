@@ -12,6 +12,16 @@ import (
 	"github.com/oncekv/oncekv/queue"
 )
 
+// The outcomes of the queue's calls, beside the store's (fenced, aborted,
+// unavailable, ...) for their errors.
+const (
+	OutcomeEnqueued Outcome = "enqueued" // Enqueue returned an ID: a new message's, or the first one's of its key
+	OutcomeReceived Outcome = "received" // a delivery, leased
+	OutcomeAcked    Outcome = "acked"
+	OutcomeNacked   Outcome = "nacked" // given back for a retry, or dead-lettered (oncekv.dead_letter)
+	OutcomeDeferred Outcome = "deferred"
+)
+
 // Queue is a queue whose receives, acks, nacks and enqueues record spans,
 // each about its message's key (see Start for the trace it joins), so
 // every delivery of a message shows in its key's trace. Every other
@@ -73,7 +83,7 @@ func (q *Queue) received(ctx context.Context, start time.Time, err error, ms ...
 		_, span := q.t.start(ctx, "oncekv.queue.receive", q.t.operationOf(m.Key), trace.WithTimestamp(start),
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(q.messageAttrs(m)...))
 		span.SetAttributes(leaseAttr(m.LeaseUntil)...)
-		span.SetAttributes(AttrOutcome.String("received"))
+		span.SetAttributes(AttrOutcome.String(string(OutcomeReceived)))
 		span.End()
 	}
 }
@@ -95,7 +105,7 @@ func (q *Queue) messageAttrs(m *queue.Message) []attribute.KeyValue {
 
 // settle runs fn, one call about delivery m, in a span named name whose
 // outcome is done when fn returns nil, the error's otherwise.
-func (q *Queue) settle(ctx context.Context, name string, m *queue.Message, done string, fn func(ctx context.Context) error) error {
+func (q *Queue) settle(ctx context.Context, name string, m *queue.Message, done Outcome, fn func(ctx context.Context) error) error {
 	key := ""
 	if m != nil {
 		key = m.Key
@@ -105,7 +115,7 @@ func (q *Queue) settle(ctx context.Context, name string, m *queue.Message, done 
 
 // span runs fn in a span named name about key, with attrs, whose outcome
 // is done when fn returns nil, the error's otherwise.
-func (q *Queue) span(ctx context.Context, name, key string, attrs []attribute.KeyValue, done string, fn func(ctx context.Context) error,
+func (q *Queue) span(ctx context.Context, name, key string, attrs []attribute.KeyValue, done Outcome, fn func(ctx context.Context) error,
 	opts ...trace.SpanStartOption) error {
 	ctx, span := q.t.start(ctx, name, q.t.operationOf(key), append(opts, trace.WithAttributes(attrs...))...)
 	defer span.End()
@@ -114,14 +124,14 @@ func (q *Queue) span(ctx context.Context, name, key string, attrs []attribute.Ke
 		q.t.SetResult(span, key, oncekv.Result{}, err, time.Time{})
 		return err
 	}
-	span.SetAttributes(AttrOutcome.String(done))
+	span.SetAttributes(AttrOutcome.String(string(done)))
 	return nil
 }
 
 // Ack is queue's Ack in a span "oncekv.queue.ack": acked, or the error's
 // outcome (fenced when another delivery took the message over).
 func (q *Queue) Ack(ctx context.Context, m *queue.Message) error {
-	return q.settle(ctx, "oncekv.queue.ack", m, "acked", func(ctx context.Context) error { return q.Queue.Ack(ctx, m) })
+	return q.settle(ctx, "oncekv.queue.ack", m, OutcomeAcked, func(ctx context.Context) error { return q.Queue.Ack(ctx, m) })
 }
 
 // Nack is queue's Nack in a span "oncekv.queue.nack": nacked, with
@@ -130,7 +140,7 @@ func (q *Queue) Ack(ctx context.Context, m *queue.Message) error {
 // The cause's message goes to the span's "oncekv.queue.nack" event, the
 // key in it redacted.
 func (q *Queue) Nack(ctx context.Context, m *queue.Message, cause error) error {
-	return q.settle(ctx, "oncekv.queue.nack", m, "nacked", func(ctx context.Context) error {
+	return q.settle(ctx, "oncekv.queue.nack", m, OutcomeNacked, func(ctx context.Context) error {
 		span := trace.SpanFromContext(ctx)
 		if cause != nil && m != nil {
 			span.AddEvent("oncekv.queue.nack", trace.WithAttributes(
@@ -147,12 +157,12 @@ func (q *Queue) Nack(ctx context.Context, m *queue.Message, cause error) error {
 
 // Extend is queue's Extend in a span "oncekv.queue.extend".
 func (q *Queue) Extend(ctx context.Context, m *queue.Message, d time.Duration) error {
-	return q.settle(ctx, "oncekv.queue.extend", m, "extended", func(ctx context.Context) error { return q.Queue.Extend(ctx, m, d) })
+	return q.settle(ctx, "oncekv.queue.extend", m, OutcomeExtended, func(ctx context.Context) error { return q.Queue.Extend(ctx, m, d) })
 }
 
 // Defer is queue's Defer in a span "oncekv.queue.defer".
 func (q *Queue) Defer(ctx context.Context, m *queue.Message, d time.Duration) error {
-	return q.settle(ctx, "oncekv.queue.defer", m, "deferred", func(ctx context.Context) error { return q.Queue.Defer(ctx, m, d) })
+	return q.settle(ctx, "oncekv.queue.defer", m, OutcomeDeferred, func(ctx context.Context) error { return q.Queue.Defer(ctx, m, d) })
 }
 
 // Enqueue is queue's Enqueue in a span "oncekv.queue.enqueue" (kind
@@ -160,7 +170,7 @@ func (q *Queue) Defer(ctx context.Context, m *queue.Message, d time.Duration) er
 // for a key enqueued already).
 func (q *Queue) Enqueue(ctx context.Context, m queue.Message) (uint64, error) {
 	var id uint64
-	err := q.span(ctx, "oncekv.queue.enqueue", m.Key, []attribute.KeyValue{AttrQueue.String(q.Name())}, "enqueued",
+	err := q.span(ctx, "oncekv.queue.enqueue", m.Key, []attribute.KeyValue{AttrQueue.String(q.Name())}, OutcomeEnqueued,
 		func(ctx context.Context) error {
 			var err error
 			id, err = q.Queue.Enqueue(ctx, m)

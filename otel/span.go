@@ -16,32 +16,37 @@ import (
 // The attributes of oncekv's spans. Queries and dashboards may rely on
 // these names.
 const (
-	AttrHandler     = attribute.Key("oncekv.handler")     // Request.Handler
-	AttrKey         = attribute.Key("oncekv.key")         // the key, only with Options.RecordKeys
-	AttrKeyHash     = attribute.Key("oncekv.key_hash")    // see Telemetry.KeyHash
-	AttrOutcome     = attribute.Key("oncekv.outcome")     // see Outcome
-	AttrAction      = attribute.Key("oncekv.action")      // oncekv.Classify's action: ack, retry_now, retry_later, give_up, reopen
-	AttrDuplicate   = attribute.Key("oncekv.duplicate")   // answered from a stored mark; the effect did not run
-	AttrMarkAge     = attribute.Key("oncekv.mark_age")    // seconds since the key was first seen, on duplicates
-	AttrEffectRuns  = attribute.Key("oncekv.effect_runs") // runs of the effect; over 1 when group commit ran it again
-	AttrToken       = attribute.Key("oncekv.token")       // a claim's or a delivery's fencing token
-	AttrLeaseUntil  = attribute.Key("oncekv.lease_until") // the end of a lease, RFC 3339 by the store's clock
-	AttrAttempt     = attribute.Key("oncekv.attempt")     // a delivery's number, 1 on the first
-	AttrQueue       = attribute.Key("oncekv.queue")       // a queue's name
-	AttrMessageID   = attribute.Key("oncekv.message.id")  // a queue's number for a message
-	AttrDeadLetter  = attribute.Key("oncekv.dead_letter") // a nack or send that dead-lettered its message
-	AttrBatchSize   = attribute.Key("oncekv.batch.size")  // requests of an ApplyBatch, messages of a ReceiveBatch
-	AttrBatchIndex  = attribute.Key("oncekv.batch.index") // a request's index in its batch, on its event
-	linkOperation   = attribute.Key("oncekv.link")        // "operation" on the link to a key's trace
-	attrLease       = attribute.Key("oncekv.lease")       // the lease a claim asked for, in seconds
-	attrCause       = attribute.Key("oncekv.cause")       // a failure's message, on Fail's and Nack's events
-	attrPermanent   = attribute.Key("oncekv.permanent")   // whether that failure was permanent
-	attrRetryAfter  = attribute.Key("oncekv.retry_after") // a transient send error's Retry-After, in seconds
+	AttrHandler    = attribute.Key("oncekv.handler")     // Request.Handler
+	AttrKey        = attribute.Key("oncekv.key")         // the key, only with Options.RecordKeys
+	AttrKeyHash    = attribute.Key("oncekv.key_hash")    // see Telemetry.KeyHash
+	AttrOutcome    = attribute.Key("oncekv.outcome")     // see Outcome
+	AttrAction     = attribute.Key("oncekv.action")      // oncekv.Classify's action: ack, retry_now, retry_later, give_up, reopen
+	AttrDuplicate  = attribute.Key("oncekv.duplicate")   // answered from a stored mark; the effect did not run
+	AttrMarkAge    = attribute.Key("oncekv.mark_age")    // seconds since the key was first seen, on duplicates
+	AttrEffectRuns = attribute.Key("oncekv.effect_runs") // runs of the effect; over 1 when a commit ran it again
+	AttrToken      = attribute.Key("oncekv.token")       // a claim's or a delivery's fencing token
+	AttrLeaseUntil = attribute.Key("oncekv.lease_until") // the end of a lease, RFC 3339 by the store's clock
+	AttrAttempt    = attribute.Key("oncekv.attempt")     // a delivery's number, 1 on the first
+	AttrQueue      = attribute.Key("oncekv.queue")       // a queue's name
+	AttrMessageID  = attribute.Key("oncekv.message.id")  // a queue's number for a message
+	AttrDeadLetter = attribute.Key("oncekv.dead_letter") // a nack or send that dead-lettered its message
+	AttrBatchSize  = attribute.Key("oncekv.batch.size")  // requests of an ApplyBatch
+	AttrBatchIndex = attribute.Key("oncekv.batch.index") // a request's index in its batch, on its event
+)
+
+// Attributes of events and links, and the names of events.
+const (
+	attrLease      = attribute.Key("oncekv.lease")       // the lease a claim asked for, in seconds
+	attrCause      = attribute.Key("oncekv.cause")       // a failure's message, on Fail's and Nack's events
+	attrPermanent  = attribute.Key("oncekv.permanent")   // whether that failure was permanent
+	attrRetryAfter = attribute.Key("oncekv.retry_after") // a transient send error's Retry-After, in seconds
+	linkOperation  = attribute.Key("oncekv.link")        // "operation" on the link to a key's trace
+	exceptionMsg   = attribute.Key("exception.message")
+	exceptionType  = attribute.Key("exception.type")
+
+	linkOperationTo = "operation"
 	eventRequest    = "oncekv.request"
 	eventException  = "exception"
-	exceptionMsg    = attribute.Key("exception.message")
-	exceptionType   = attribute.Key("exception.type")
-	linkOperationTo = "operation"
 )
 
 // Start starts a span named name about the logical operation whose
