@@ -2,6 +2,8 @@
 // It is a module of its own, so the core and its satellites stay on the
 // standard library; it builds on their public APIs only.
 //
+//	import oncekvotel "github.com/oncekv/oncekv/otel"
+//
 //	tel, err := oncekvotel.New(nil) // the global providers; see Options
 //	db := tel.DB(store)             // Apply, ApplyBatch, Claim in spans
 //	q := tel.Queue(outbox)          // Receive, Ack, Nack, Enqueue in spans
@@ -36,8 +38,8 @@
 //
 //   - An operation trace has no root span: its spans' parent is a
 //     placeholder, derived from the key, that nothing records. Tracing UIs
-//     show the attempts as the trace's top spans (Jaeger with a "missing
-//     parent" note).
+//     show the attempts as the trace's top spans, some with a note that
+//     their parent is missing.
 //   - A key's trace ID is a hash of the key: with a guessable key and no
 //     Options.KeySecret, whoever reads the traces can confirm a guess.
 //   - The commit histograms of oncekv.Stats are not exported: the
