@@ -3,9 +3,11 @@ package otel_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
 
@@ -209,4 +211,47 @@ func TestApplyBatchHasAnEventPerRequestAndALinkPerKey(t *testing.T) {
 	}
 	require.Equal(t, []string{"duplicate", "applied", "duplicate", "invalid"}, got)
 	require.Equal(t, int64(1), attrs(sp)[oncekvotel.AttrEffectRuns].AsInt64(), "only k2 ran its effect")
+}
+
+// TestConcurrentDeliveriesOfOneKey: parallel deliveries of one key through
+// one Telemetry apply once; every span is in the key's trace and says so.
+func TestConcurrentDeliveriesOfOneKey(t *testing.T) {
+	r := newRig(t, nil)
+	s := openStore(t)
+	db := r.tel.DB(s.db)
+	const n = 16
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "k"}, put("k", "v"))
+			assert.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	spans := r.ended("oncekv.apply")
+	require.Len(t, spans, n)
+	count := map[string]int{}
+	for _, sp := range spans {
+		count[str(sp, oncekvotel.AttrOutcome)]++
+		require.Equal(t, r.tel.TraceID("k"), sp.SpanContext().TraceID())
+	}
+	require.Equal(t, map[string]int{"applied": 1, "duplicate": n - 1}, count)
+}
+
+// TestApplyWhoseEffectPanicsEndsItsSpan: the panic reaches the caller as
+// Apply raises it, and the span is ended, not leaked.
+func TestApplyWhoseEffectPanicsEndsItsSpan(t *testing.T) {
+	r := newRig(t, nil)
+	s := openStore(t)
+	require.PanicsWithValue(t, "boom", func() {
+		_, _ = r.tel.DB(s.db).Apply(context.Background(), oncekv.Request{Handler: "h", Key: "k"}, func(*oncekv.Tx) ([]byte, error) {
+			panic("boom")
+		})
+	})
+	sp := r.one(t, "oncekv.apply")
+	require.Empty(t, str(sp, oncekvotel.AttrOutcome), "no outcome: the call did not return")
+	_, err := r.tel.DB(s.db).Apply(context.Background(), oncekv.Request{Handler: "h", Key: "k"}, put("k", "v"))
+	require.NoError(t, err, "nothing was recorded for the key")
 }
