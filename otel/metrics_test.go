@@ -98,6 +98,10 @@ func TestObserveDBReportsTheStoresStats(t *testing.T) {
 	require.False(t, ok, "nothing once unregistered")
 	_, err = r.tel.ObserveDB(nil)
 	require.ErrorIs(t, err, oncekvotel.ErrNilArgument)
+	_, err = r.tel.ObserveQueue(nil)
+	require.ErrorIs(t, err, oncekvotel.ErrNilArgument)
+	_, err = r.tel.ObserveRelay("q", nil)
+	require.ErrorIs(t, err, oncekvotel.ErrNilArgument)
 }
 
 func TestObserveDBCapsHandlers(t *testing.T) {

@@ -126,4 +126,8 @@ func TestQueueBatchReceiveGivesEachMessageItsOwnTrace(t *testing.T) {
 	for i, k := range []string{"a", "b", "c"} {
 		require.Equal(t, r.tel.TraceID(k), recv[i].SpanContext().TraceID())
 	}
+	require.NoError(t, q.Defer(ctx, ms2[0], time.Second))
+	deferred := r.one(t, "oncekv.queue.defer")
+	require.Equal(t, "deferred", str(deferred, oncekvotel.AttrOutcome))
+	require.Equal(t, r.tel.TraceID("c"), deferred.SpanContext().TraceID())
 }
