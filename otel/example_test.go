@@ -69,15 +69,7 @@ func Example() {
 		}
 	}
 
-	for _, s := range spans.Ended() {
-		var outcome string
-		for _, kv := range s.Attributes() {
-			if kv.Key == oncekvotel.AttrOutcome {
-				outcome = kv.Value.AsString()
-			}
-		}
-		fmt.Println(s.Name(), outcome, "in the key's trace:", s.SpanContext().TraceID() == tel.TraceID("evt-1"))
-	}
+	printSpans(spans, "the key's", tel.TraceID("evt-1"))
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		log.Fatal(err)
@@ -87,6 +79,20 @@ func Example() {
 	// oncekv.apply applied in the key's trace: true
 	// oncekv.apply duplicate in the key's trace: true
 	// duplicates suppressed: 1
+}
+
+// printSpans prints each span's name and outcome, and whether it is in
+// the trace id of the key named whose.
+func printSpans(spans *tracetest.SpanRecorder, whose string, id trace.TraceID) {
+	for _, s := range spans.Ended() {
+		var outcome string
+		for _, kv := range s.Attributes() {
+			if kv.Key == oncekvotel.AttrOutcome {
+				outcome = kv.Value.AsString()
+			}
+		}
+		fmt.Println(s.Name(), outcome, "in "+whose+" trace:", s.SpanContext().TraceID() == id)
+	}
 }
 
 // duplicates reads oncekv.duplicates_suppressed of handler.
@@ -189,15 +195,7 @@ func Example_guide() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, s := range spans.Ended() {
-		var outcome string
-		for _, kv := range s.Attributes() {
-			if kv.Key == oncekvotel.AttrOutcome {
-				outcome = kv.Value.AsString()
-			}
-		}
-		fmt.Println(s.Name(), outcome, "in pay-order-7's trace:", s.SpanContext().TraceID() == tel.TraceID("pay-order-7"))
-	}
+	printSpans(spans, "pay-order-7's", tel.TraceID("pay-order-7"))
 	// Output:
 	// sent: 1
 	// oncekv.apply applied in pay-order-7's trace: false
