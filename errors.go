@@ -39,10 +39,10 @@ var (
 // Errors about bad input. Nothing is changed when one is returned.
 var (
 	// ErrHandlerRequired: Request.Handler was empty.
-	ErrHandlerRequired = errors.New("oncekv: handler required")
+	ErrHandlerRequired = base.ErrHandlerRequired
 	// ErrInvalidFingerprint: Request.Fingerprint is longer than
 	// MaxFingerprintSize.
-	ErrInvalidFingerprint = errors.New("oncekv: invalid fingerprint")
+	ErrInvalidFingerprint = base.ErrInvalidFingerprint
 	// ErrKeyRequired: a key was empty.
 	ErrKeyRequired = bucket.ErrKeyRequired
 	// ErrKeyTooLarge: a key, or a request's handler and key together, do not
@@ -345,3 +345,21 @@ var (
 	// has no mark in the live windows: never seen, forgotten, or expired.
 	ErrNotFound = errors.New("oncekv: no mark for the key")
 )
+
+// NewInProgressError returns the *InProgressError of a key that a claim
+// holds until until, by the clock of the store that refused the request.
+// It is for a store outside this package (the PostgreSQL store, module
+// oncekv/postgres) that refuses a request as DB.Claim does, so that
+// Classify and errors.As work alike on either store.
+func NewInProgressError(until time.Time) *InProgressError {
+	return &InProgressError{until: until}
+}
+
+// NewFailedError returns the *FailedError of a permanent failure recorded
+// with message. cause is the original error on the call that failed, which
+// errors.Is then finds too; nil for a failure replayed from a stored mark.
+// It is for a store outside this package (the PostgreSQL store), so that a
+// failure recorded there is the same error as here.
+func NewFailedError(message string, cause error) *FailedError {
+	return &FailedError{Message: message, cause: cause}
+}

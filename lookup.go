@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/layout"
+	"github.com/oncekv/oncekv/internal/markid"
 )
 
 // MarkState is the state of a key's mark.
@@ -189,16 +190,7 @@ func (db *DB) ReleaseClaim(handler, key string, token uint64) error {
 
 // markKey validates req's handler and key and returns its mark key.
 func markKey(req *Request) ([]byte, error) {
-	switch {
-	case req.Handler == "":
-		return nil, ErrHandlerRequired
-	case req.Key == "":
-		return nil, ErrKeyRequired
-	}
-	if err := layout.CheckMarkKey(req.Handler, req.Key); err != nil {
-		return nil, err
-	}
-	return layout.MarkKey(req.Handler, req.Key), nil
+	return markid.Key(req.Handler, req.Key)
 }
 
 func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) MarkInfo {
