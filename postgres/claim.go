@@ -258,7 +258,7 @@ func (c *Claim) Extend(ctx context.Context, lease time.Duration) error {
 // effect panics, nothing is written and the panic is raised again.
 //
 // Errors: oncekv.ErrFenced once another worker took the key over (nothing
-// changed; effect does not run); oncekv.ErrClaimDone; 
+// changed; effect does not run); oncekv.ErrClaimDone;
 // oncekv.ErrResponseTooLarge (nothing changed, the claim still holds the
 // key); ctx's error; oncekv.ErrClosed.
 func (c *Claim) Complete(ctx context.Context, response []byte, effect func(ctx context.Context, tx pgx.Tx) error) (oncekv.Result, error) {
@@ -476,4 +476,3 @@ func stateName(s int16) string {
 	}
 	return fmt.Sprintf("state %d", s)
 }
-
