@@ -104,7 +104,7 @@ func prepareSchema(ctx context.Context, pool beginner, o *Options) (schemaInfo, 
 	case len(present) == 0:
 		span := o.WindowSpan
 		if span == 0 {
-			span = DefaultWindowSpan
+			span = min(DefaultWindowSpan, o.Retention)
 		}
 		if err := checkWindows(o.Retention, span); err != nil {
 			return info, err

@@ -101,6 +101,15 @@ func (s *Store) ensureWindow(ctx context.Context, start int64) error {
 	if s.windows.has(start) {
 		return nil
 	}
+	// Most often another host made it: a catalog read, without the lock.
+	var attached bool
+	if err := s.pool.QueryRow(ctx, attachedSQL, s.q.schema+"."+quote(partitionName(start)), s.q.marks).Scan(&attached); err != nil {
+		return fmt.Errorf("oncekv: look for the partition of window %v: %w", timeFromNano(start).UTC(), err)
+	}
+	if attached {
+		s.windows.add(start)
+		return nil
+	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", s.opts.LockTimeout.Milliseconds())); err != nil {
 			return err
@@ -109,9 +118,8 @@ func (s *Store) ensureWindow(ctx context.Context, start int64) error {
 			return err
 		}
 		name := partitionName(start)
-		var attached, exists bool
-		err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL,
-			EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass($2) AND NOT inhdetachpending)`,
+		var exists bool
+		err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, ("+attachedSQL+")",
 			s.q.schema+"."+quote(name), s.q.marks).Scan(&exists, &attached)
 		switch {
 		case err != nil:
@@ -143,6 +151,11 @@ func (s *Store) ensureWindow(ctx context.Context, start int64) error {
 	s.windows.add(start)
 	return nil
 }
+
+// attachedSQL reports whether the table $1 is a partition of $2 that is
+// not being detached.
+const attachedSQL = `SELECT EXISTS (SELECT 1 FROM pg_inherits
+	WHERE inhrelid = to_regclass($1) AND inhparent = to_regclass($2) AND NOT inhdetachpending)`
 
 // missingPartition reports whether err is PostgreSQL's "no partition of
 // relation found for row": the window of a write is not attached (another
