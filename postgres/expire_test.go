@@ -203,3 +203,71 @@ func deadTuples(t *testing.T, pool *pgxpool.Pool, schema string, apps []string) 
 		FROM pg_stat_user_tables WHERE schemaname = $1 AND relname LIKE 'marks\_%'`, schema).Scan(&st.partitions, &st.dead, &st.deleted, &st.updated))
 	return st
 }
+
+// TestDuplicatesFlowWhileExpiryWaits: while a long effect keeps its
+// transaction open, an Expire's DETACH ... CONCURRENTLY of an expired
+// window waits for it; meanwhile duplicates are answered, new keys apply
+// and claims are taken, each within a second, and once the effect ends
+// the expiry finishes: the duplicate path never queues behind DDL.
+func TestDuplicatesFlowWhileExpiryWaits(t *testing.T) {
+	pool := newPool(t)
+	var now atomic.Int64
+	begin := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	now.Store(begin.UnixNano())
+	const retention, span = 2 * time.Hour, time.Hour
+	s := openStore(t, pool, postgres.Options{Retention: retention, WindowSpan: span, LockTimeout: 30 * time.Second,
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	ctx := context.Background()
+	_, err := s.Apply(ctx, oncekv.Request{Handler: "h", Key: "old"}, nil)
+	require.NoError(t, err)
+	now.Add(int64(span))
+	_, err = s.Apply(ctx, oncekv.Request{Handler: "h", Key: "dup"}, func(context.Context, pgx.Tx) ([]byte, error) { return []byte("kept"), nil })
+	require.NoError(t, err)
+	now.Add(int64(retention)) // the first window has expired, the second not
+
+	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := s.Apply(ctx, oncekv.Request{Handler: "h", Key: "long"}, func(context.Context, pgx.Tx) ([]byte, error) {
+			close(held)
+			<-release
+			return nil, nil
+		})
+		done <- err
+	}()
+	<-held
+	expired := make(chan oncekv.ExpireStats, 1)
+	go func() {
+		st, err := s.Expire(ctx)
+		assertNoError(t, err)
+		expired <- st
+	}()
+	waitingForLock(t, pool, "DETACH")
+	for i := range 20 {
+		quick, cancel := context.WithTimeout(ctx, time.Second)
+		res, err := s.Apply(quick, oncekv.Request{Handler: "h", Key: "dup"}, nil)
+		require.NoError(t, err, "a duplicate while the detach waits")
+		require.Equal(t, "kept", string(res.Response))
+		res, err = s.Apply(quick, oncekv.Request{Handler: "h", Key: fmt.Sprint("new-", i)}, nil)
+		require.NoError(t, err, "a new key while the detach waits")
+		require.False(t, res.Duplicate)
+		c, err := s.Claim(quick, oncekv.Request{Handler: "h", Key: fmt.Sprint("claim-", i)}, time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, c.Fail(quick, nil))
+		cancel()
+	}
+	require.Empty(t, expired, "the detach waits for the long effect")
+	close(release)
+	require.NoError(t, <-done)
+	st := <-expired
+	require.Equal(t, 1, st.Windows)
+	res, err := s.Apply(ctx, oncekv.Request{Handler: "h", Key: "old"}, nil)
+	require.NoError(t, err)
+	require.False(t, res.Duplicate, "its window is gone")
+}
+
+// assertNoError reports err from a goroutine other than the test's.
+func assertNoError(t *testing.T, err error) {
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+	}
+}
