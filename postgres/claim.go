@@ -146,6 +146,9 @@ func (c *Claim) take(ctx context.Context, o *op, lease time.Duration) error {
 		m.firstSeen = k.found.firstSeen // a takeover keeps the key's first-seen time
 	}
 	w.put(o, m, k.found)
+	if err := s.moveOn(ctx, w); err != nil {
+		return err
+	}
 	if err := w.flush(ctx, tx); err != nil {
 		return err
 	}
@@ -430,6 +433,9 @@ func (c *Claim) step(ctx context.Context, effect func(context.Context, pgx.Tx) e
 		w.rewrites = append(w.rewrites, rewrite{id: &o.id, from: old.win, m: &next})
 	} else {
 		w.put(o, &next, &old)
+	}
+	if err := s.moveOn(ctx, w); err != nil {
+		return err
 	}
 	if err := w.flush(ctx, tx); err != nil {
 		return err

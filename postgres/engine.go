@@ -194,6 +194,9 @@ func (s *Store) attempt(ctx context.Context, ops []*op) (int, error) {
 			return i, errRetry
 		}
 	}
+	if err := s.moveOn(ctx, w); err != nil {
+		return -1, err
+	}
 	if err := w.flush(ctx, tx); err != nil {
 		return -1, err
 	}
@@ -204,6 +207,37 @@ func (s *Store) attempt(ctx context.Context, ops []*op) (int, error) {
 		return -1, fmt.Errorf("oncekv: commit: %w", err)
 	}
 	return -1, nil
+}
+
+// moveOn places w's new marks in the current window when the clock has
+// moved past the attempt's since it began (long effects, a clock a test
+// drives): a window that old may even have expired and been dropped by
+// now. A mark keeps the attempt's time as its FirstSeen; a later window
+// only makes it live longer.
+func (s *Store) moveOn(ctx context.Context, w *writes) error {
+	now, err := s.now(ctx)
+	if err != nil {
+		return err
+	}
+	cur := s.window.Start(now)
+	if cur == w.cur {
+		return nil
+	}
+	if err := s.ensureWindow(ctx, cur); err != nil {
+		return err
+	}
+	for _, m := range w.inserts {
+		if m.win == w.cur {
+			m.win = cur
+		}
+	}
+	for _, r := range w.rewrites {
+		if r.m.win == w.cur {
+			r.m.win = cur
+		}
+	}
+	w.cur = cur
+	return nil
 }
 
 // keyState is what an attempt learnt of a key under its lock.
