@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
@@ -234,3 +237,42 @@ func TestDuplicateIsLogged(t *testing.T) {
 }
 
 var _ = errors.New
+
+// TestExamples runs the examples' code against the test cluster and
+// checks what it prints.
+func TestExamples(t *testing.T) {
+	pool := newPool(t)
+	for name, tc := range map[string]struct {
+		run  func(context.Context, *pgxpool.Pool, string) error
+		want string
+	}{
+		"Example":                   {deposit, "delivery 1: deposited, duplicate false\ndelivery 2: deposited, duplicate true\nbalance: 100\n"},
+		"ExampleStore_Claim":        {charge, "charged: receipt for 4494f426\na retry: done true, receipt for 4494f426\n"},
+		"ExampleStore_AdvanceFence": {fenced, "the stale leader's write: true\n"},
+		"ExampleStore_ApplyBatch":   {poll, "e-1: duplicate false, error <nil>\ne-2: duplicate false, error <nil>\ne-1: duplicate true, error <nil>\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := captureStdout(t, func() { require.NoError(t, tc.run(context.Background(), pool, freshSchema(t, pool))) })
+			require.Equal(t, tc.want, out)
+		})
+	}
+}
+
+// captureStdout returns what fn printed.
+func captureStdout(t *testing.T, fn func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	saved := os.Stdout
+	os.Stdout = w
+	defer func() { os.Stdout = saved }()
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	fn()
+	require.NoError(t, w.Close())
+	os.Stdout = saved
+	return <-done
+}
