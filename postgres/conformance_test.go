@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -18,7 +17,15 @@ import (
 // TestConformance runs the suite both stores pass (oncekv's
 // internal/conformance) against the PostgreSQL store, each test in a
 // schema of its own.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runConformance(t, false) }
+
+// TestConformanceWithSavepoints runs the suite with the way of undoing a
+// batch's failed effect that BenchmarkApplyBatchUndo measured against the
+// store's (a savepoint around every effect), so that the figures compare
+// two correct implementations.
+func TestConformanceWithSavepoints(t *testing.T) { runConformance(t, true) }
+
+func runConformance(t *testing.T, savepoints bool) {
 	pool := newPool(t)
 	conformance.Run(t, &conformance.Harness{
 		Kind: conformance.Shared,
@@ -26,6 +33,7 @@ func TestConformance(t *testing.T) {
 			schema := freshSchema(t, pool)
 			s, err := postgres.Open(context.Background(), pool, sharedOptions(schema, cfg))
 			require.NoError(t, err)
+			postgres.SetSavepoints(s, savepoints)
 			u := &shared{s: s, pool: pool, schema: schema, q: userQueries(schema)}
 			_, err = pool.Exec(context.Background(), u.q.create)
 			require.NoError(t, err)
@@ -38,6 +46,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
+			postgres.SetSavepoints(st, savepoints)
 			return &shared{s: st, pool: pool, schema: u.schema, q: u.q}, nil
 		},
 		LimitResponse: func(s conformance.Store, n int) { postgres.SetMaxResponseSize(s.(*shared).s, n) },
@@ -154,5 +163,3 @@ func (c sharedClaim) Complete(ctx context.Context, response []byte, e *conforman
 	}
 	return c.Claim.Complete(ctx, response, fn)
 }
-
-var _ = errors.New

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -235,8 +234,6 @@ func TestDuplicateIsLogged(t *testing.T) {
 	}
 	require.Contains(t, buf.String(), `level=INFO msg="duplicate suppressed" handler=billing key=evt-9 age=`)
 }
-
-var _ = errors.New
 
 // TestExamples runs the examples' code against the test cluster and
 // checks what it prints.
