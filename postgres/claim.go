@@ -111,15 +111,7 @@ func (s *Store) Claim(ctx context.Context, req oncekv.Request, lease time.Durati
 // under the key's lock, answers o.
 func (c *Claim) take(ctx context.Context, o *op, lease time.Duration) error {
 	s := c.s
-	now, err := s.now(ctx)
-	if err != nil {
-		return err
-	}
-	n, cur := now.UnixNano(), s.window.Start(now)
-	if err := s.ensureWindow(ctx, cur); err != nil {
-		return err
-	}
-	tx, err := s.pool.Begin(ctx)
+	tx, w, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -130,7 +122,7 @@ func (c *Claim) take(ctx context.Context, o *op, lease time.Duration) error {
 	}
 	k := held[o.id.claimKey]
 	switch {
-	case k.found != nil && o.answer(k.found, n):
+	case k.found != nil && o.answer(k.found, w.now):
 		return nil
 	case !k.locked:
 		o.fail(outcomeInProgress, errBusy)
@@ -140,23 +132,13 @@ func (c *Claim) take(ctx context.Context, o *op, lease time.Duration) error {
 	if err != nil {
 		return err
 	}
-	m := &mark{state: stateInProgress, firstSeen: n, win: cur, fp: o.id.fp, leaseUntil: leaseEnd(n, lease), token: token}
-	w := newWrites(s, n, cur)
+	m := &mark{state: stateInProgress, firstSeen: w.now, win: w.cur, fp: o.id.fp, leaseUntil: leaseEnd(w.now, lease), token: token}
 	if k.found != nil {
 		m.firstSeen = k.found.firstSeen // a takeover keeps the key's first-seen time
 	}
 	w.put(o, m, k.found)
-	if err := s.moveOn(ctx, w); err != nil {
+	if err := s.commit(ctx, tx, w); err != nil {
 		return err
-	}
-	if err := w.flush(ctx, tx); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("oncekv: commit: %w", err)
 	}
 	// c is not shared yet, so its fields need no lock.
 	c.mu.token, c.mu.leaseUntil = token, timeFromNano(m.leaseUntil)
@@ -388,15 +370,7 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effec
 // step is updateLocked's transaction.
 func (c *Claim) step(ctx context.Context, effect func(context.Context, pgx.Tx) error, change func(w *writes, m *mark)) error {
 	s := c.s
-	now, err := s.now(ctx)
-	if err != nil {
-		return err
-	}
-	n, cur := now.UnixNano(), s.window.Start(now)
-	if err := s.ensureWindow(ctx, cur); err != nil {
-		return err
-	}
-	tx, err := s.pool.Begin(ctx)
+	tx, w, err := s.begin(ctx)
 	if err != nil {
 		return err
 	}
@@ -404,7 +378,8 @@ func (c *Claim) step(ctx context.Context, effect func(context.Context, pgx.Tx) e
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", c.id.lock); err != nil {
 		return err
 	}
-	m, err := s.lookup(ctx, tx, []*op{{id: c.id}})
+	o := &op{req: &c.req, id: c.id}
+	m, err := s.lookup(ctx, tx, []*op{o})
 	if err != nil {
 		return err
 	}
@@ -412,7 +387,7 @@ func (c *Claim) step(ctx context.Context, effect func(context.Context, pgx.Tx) e
 		return err
 	}
 	if effect != nil {
-		o := &op{req: &c.req, id: c.id, effect: func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return nil, effect(ctx, tx) }}
+		o.effect = func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return nil, effect(ctx, tx) }
 		r := callEffect(ctx, tx, o)
 		switch {
 		case o.panicVal != nil:
@@ -425,28 +400,14 @@ func (c *Claim) step(ctx context.Context, effect func(context.Context, pgx.Tx) e
 	}
 	old := *m[0]
 	next := old
-	change(&writes{now: n}, &next)
-	w := newWrites(s, n, cur)
-	o := &op{id: c.id}
+	change(w, &next)
 	if next.leaseUntil == releasedLease {
 		next.win = old.win // released: nothing to outlive, the mark stays
 		w.rewrites = append(w.rewrites, rewrite{id: &o.id, from: old.win, m: &next})
 	} else {
 		w.put(o, &next, &old)
 	}
-	if err := s.moveOn(ctx, w); err != nil {
-		return err
-	}
-	if err := w.flush(ctx, tx); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err // done meanwhile: apply nothing
-	}
-	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
-		return fmt.Errorf("oncekv: commit: %w", err)
-	}
-	return nil
+	return s.commit(ctx, tx, w)
 }
 
 // heldBy returns nil if m shows that c still holds the key, and ErrFenced

@@ -158,15 +158,7 @@ func (s *Store) commitOps(ctx context.Context, ops []*op) error {
 // returns the op's index with errRetry (the transaction rolled back);
 // with any other error, nothing of the attempt was applied.
 func (s *Store) attempt(ctx context.Context, ops []*op) (int, error) {
-	now, err := s.now(ctx)
-	if err != nil {
-		return -1, err
-	}
-	cur := s.window.Start(now)
-	if err := s.ensureWindow(ctx, cur); err != nil {
-		return -1, err
-	}
-	tx, err := s.pool.Begin(ctx)
+	tx, w, err := s.begin(ctx)
 	if err != nil {
 		return -1, err
 	}
@@ -181,7 +173,6 @@ func (s *Store) attempt(ctx context.Context, ops []*op) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	w := newWrites(s, now.UnixNano(), cur)
 	for i, o := range ops {
 		if o.settled {
 			continue
@@ -194,19 +185,46 @@ func (s *Store) attempt(ctx context.Context, ops []*op) (int, error) {
 			return i, errRetry
 		}
 	}
+	return -1, s.commit(ctx, tx, w)
+}
+
+// begin reads the store's time, makes sure the partition of its window is
+// attached (its DDL, if any, in a transaction of its own), and begins the
+// transaction of a write at that time, whose marks go in w. The caller
+// defers tx.Rollback.
+func (s *Store) begin(ctx context.Context) (pgx.Tx, *writes, error) {
+	now, err := s.now(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	cur := s.window.Start(now)
+	if err := s.ensureWindow(ctx, cur); err != nil {
+		return nil, nil, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, newWrites(s, now.UnixNano(), cur), nil
+}
+
+// commit writes w's marks in tx and commits it, unless ctx ended first:
+// then nothing is applied. The commit itself runs whatever ctx does, so
+// that a caller giving up at that instant does not cut it in two.
+func (s *Store) commit(ctx context.Context, tx pgx.Tx, w *writes) error {
 	if err := s.moveOn(ctx, w); err != nil {
-		return -1, err
+		return err
 	}
 	if err := w.flush(ctx, tx); err != nil {
-		return -1, err
+		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return -1, err // done before the commit: apply nothing
+		return err
 	}
 	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
-		return -1, fmt.Errorf("oncekv: commit: %w", err)
+		return fmt.Errorf("oncekv: commit: %w", err)
 	}
-	return -1, nil
+	return nil
 }
 
 // moveOn places w's new marks in the current window when the clock has

@@ -19,19 +19,24 @@ import (
 // prints (an Example with an Output comment would run without a
 // database, where there is none).
 
+// example runs body against the PostgreSQL of ONCEKV_PG_DSN, printing
+// its error if any.
+func example(schema string, body func(context.Context, *pgxpool.Pool, string) error) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("ONCEKV_PG_DSN"))
+	if err == nil {
+		defer pool.Close()
+		err = body(ctx, pool, schema)
+	}
+	if err != nil {
+		fmt.Println(err)
+	}
+}
+
 // Example opens a store and applies a deposit twice: the second delivery
 // is a duplicate, and the balance moved once.
 func Example() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("ONCEKV_PG_DSN"))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer pool.Close()
-	if err := deposit(ctx, pool, "oncekv_example"); err != nil {
-		fmt.Println(err)
-	}
+	example("oncekv_example", deposit)
 }
 
 // deposit is Example's body.
@@ -72,16 +77,7 @@ func deposit(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 // the gateway is called (with the claim's Key to deduplicate on and its
 // Token to fence a zombie off), and Complete records the receipt.
 func ExampleStore_Claim() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("ONCEKV_PG_DSN"))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer pool.Close()
-	if err := charge(ctx, pool, "oncekv_example_claim"); err != nil {
-		fmt.Println(err)
-	}
+	example("oncekv_example_claim", charge)
 }
 
 // gateway stands for a payment gateway that deduplicates on the
@@ -131,16 +127,7 @@ func charge(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 // table: a token from NextFence recorded in the writer's transaction
 // refuses a writer that took its token earlier and comes late.
 func ExampleStore_AdvanceFence() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("ONCEKV_PG_DSN"))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer pool.Close()
-	if err := fenced(ctx, pool, "oncekv_example_fence"); err != nil {
-		fmt.Println(err)
-	}
+	example("oncekv_example_fence", fenced)
 }
 
 // fenced is ExampleStore_AdvanceFence's body.
@@ -182,16 +169,7 @@ func fenced(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 // ExampleStore_ApplyBatch applies one poll of messages in one
 // transaction; the redelivered one runs no effect.
 func ExampleStore_ApplyBatch() {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("ONCEKV_PG_DSN"))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer pool.Close()
-	if err := poll(ctx, pool, "oncekv_example_batch"); err != nil {
-		fmt.Println(err)
-	}
+	example("oncekv_example_batch", poll)
 }
 
 // poll is ExampleStore_ApplyBatch's body.
