@@ -176,3 +176,33 @@ func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBa
 }
 
 func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// BenchmarkBytesPerMark applies batches of 500 marks (keys of 36
+// characters, a 64-byte response) and reports what the partitions take
+// on disk per mark, table and indexes, as Store.Storage reads it.
+//
+//	ONCEKV_PG_DSN=... go test -run '^$' -bench BytesPerMark -benchtime 40x ./postgres
+func BenchmarkBytesPerMark(b *testing.B) {
+	s, _ := benchStore(b, newPool(b), postgres.Options{})
+	ctx := context.Background()
+	resp := make([]byte, 64)
+	reqs := make([]oncekv.Request, 500)
+	for i := range b.N {
+		for j := range reqs {
+			reqs[j] = oncekv.Request{Handler: "orders", Key: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, j), Payload: []byte("p")}
+		}
+		_, err := s.ApplyBatch(ctx, reqs, func(context.Context, pgx.Tx, int) ([]byte, error) { return resp, nil })
+		require.NoError(b, err)
+	}
+	b.StopTimer()
+	st, err := s.Storage(ctx)
+	require.NoError(b, err)
+	require.Equal(b, int64(b.N*len(reqs)), st.Marks)
+	var table, index int64
+	for _, w := range st.Windows {
+		table, index = table+w.TableBytes, index+w.IndexBytes
+	}
+	b.ReportMetric(float64(st.Bytes)/float64(st.Marks), "bytes/mark")
+	b.ReportMetric(float64(table)/float64(st.Marks), "table-bytes/mark")
+	b.ReportMetric(float64(index)/float64(st.Marks), "index-bytes/mark")
+}

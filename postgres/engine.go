@@ -68,28 +68,38 @@ type querier interface {
 // lookup reads the marks of ops' keys, in one query: found[i] is ops[i]'s,
 // nil when it has none.
 func (s *Store) lookup(ctx context.Context, q querier, ops []*op) ([]*mark, error) {
-	found := make([]*mark, len(ops))
 	if len(ops) == 1 {
 		id := &ops[0].id
 		m, err := scanMark(q.QueryRow(ctx, s.q.lookup, id.id, id.handler, id.key))
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			return found, nil
+			return make([]*mark, 1), nil
 		case err != nil:
 			return nil, err
 		}
-		found[0], err = s.checkMark(m, id)
-		return found, err
+		m, err = s.checkMark(m, id)
+		return []*mark{m}, err
 	}
+	rows, err := q.Query(ctx, s.q.lookupMany, lookupArgs(ops)...)
+	if err != nil {
+		return nil, err
+	}
+	return s.readMarks(rows, ops)
+}
+
+// lookupArgs are the arguments of lookupMany for ops.
+func lookupArgs(ops []*op) []any {
 	ids, handlers, keys := make([][]byte, len(ops)), make([][]byte, len(ops)), make([][]byte, len(ops))
 	for i, o := range ops {
 		ids[i], handlers[i], keys[i] = o.id.id, o.id.handler, o.id.key
 	}
-	rows, err := q.Query(ctx, s.q.lookupMany, ids, handlers, keys)
-	if err != nil {
-		return nil, err
-	}
+	return []any{ids, handlers, keys}
+}
+
+// readMarks reads the rows of lookupMany for ops, and closes them.
+func (s *Store) readMarks(rows pgx.Rows, ops []*op) ([]*mark, error) {
 	defer rows.Close()
+	found := make([]*mark, len(ops))
 	for rows.Next() {
 		var at int64
 		m, err := scanMark(rows, &at)
@@ -265,8 +275,9 @@ type keyState struct {
 }
 
 // lockAndRead takes the advisory locks of ops' keys without waiting and
-// reads their marks, in one round trip, keyed by claim key. A key taken
-// twice in the batch is locked and read once.
+// then reads their marks, in one round trip (the two statements
+// pipelined), keyed by claim key. A key given twice is locked and read
+// once.
 func (s *Store) lockAndRead(ctx context.Context, tx pgx.Tx, ops []*op) (map[string]*keyState, error) {
 	held := make(map[string]*keyState, len(ops))
 	var distinct []*op
@@ -278,7 +289,12 @@ func (s *Store) lockAndRead(ctx context.Context, tx pgx.Tx, ops []*op) (map[stri
 			locks = append(locks, o.id.lock)
 		}
 	}
-	rows, err := tx.Query(ctx, s.q.tryLocks, locks)
+	var b pgx.Batch
+	b.Queue(s.q.tryLocks, locks)
+	b.Queue(s.q.lookupMany, lookupArgs(distinct)...)
+	res := tx.SendBatch(ctx, &b)
+	defer res.Close()
+	rows, err := res.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -297,14 +313,18 @@ func (s *Store) lockAndRead(ctx context.Context, tx pgx.Tx, ops []*op) (map[stri
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	found, err := s.lookup(ctx, tx, distinct)
+	rows, err = res.Query()
+	if err != nil {
+		return nil, err
+	}
+	found, err := s.readMarks(rows, distinct)
 	if err != nil {
 		return nil, err
 	}
 	for i, o := range distinct {
 		held[o.id.claimKey].found = found[i]
 	}
-	return held, nil
+	return held, res.Close()
 }
 
 // decide decides o in tx: from a mark written earlier in the attempt, from
