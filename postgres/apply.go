@@ -87,7 +87,8 @@ func (s *Store) Apply(ctx context.Context, req oncekv.Request, effect func(ctx c
 // without it, and the requests after it go on in the next one. So each
 // effect runs at most twice, plus once per failure (at most 2n+f calls),
 // and the work stays O(n) however many fail. (The measured alternative,
-// a savepoint around every effect, cost more: see docs/postgres.md.) A
+// a savepoint around every effect, costs more unless failures are
+// common: see docs/postgres.md.) A
 // panicking effect is treated as a failed one, then raised again once the
 // others are committed.
 //
