@@ -7,13 +7,14 @@
 # root's go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
 
 export ONCEKV_PG_STATE=${ONCEKV_PG_STATE:-/tmp/oncekv-ci-pg.dir}
 export ONCEKV_PG_PORT=${ONCEKV_PG_PORT:-55433}
 bash .ci/postgres.sh stop >/dev/null 2>&1 || true # a cluster a killed run left
 ONCEKV_PG_DSN=$(bash .ci/postgres.sh)
 export ONCEKV_PG_DSN
-trap 'bash .ci/postgres.sh stop' EXIT
+trap 'bash "$root/.ci/postgres.sh" stop' EXIT
 
 cd postgres
 echo "== go vet (postgres module)"
