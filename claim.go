@@ -3,8 +3,6 @@ package oncekv
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv/internal/layout"
+	"github.com/oncekv/oncekv/internal/markid"
 )
 
 // Claim is the two-phase form of Apply, for an effect that cannot join the
@@ -213,10 +212,7 @@ func (c *Claim) Key() string {
 }
 
 // claimKey is Claim.Key of the mark key mkey.
-func claimKey(mkey []byte) string {
-	sum := sha256.Sum256(mkey)
-	return hex.EncodeToString(sum[:])
-}
+func claimKey(mkey []byte) string { return markid.ClaimKey(mkey) }
 
 // Token returns the claim's fencing token, strictly greater than any
 // earlier claim's of the key, for the external system (or Bucket.PutFenced)

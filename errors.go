@@ -32,10 +32,10 @@ var (
 // Errors about bad input. Nothing is changed when one is returned.
 var (
 	// ErrHandlerRequired: Request.Handler was empty.
-	ErrHandlerRequired = errors.New("oncekv: handler required")
+	ErrHandlerRequired = base.ErrHandlerRequired
 	// ErrInvalidFingerprint: Request.Fingerprint is longer than
 	// MaxFingerprintSize.
-	ErrInvalidFingerprint = errors.New("oncekv: invalid fingerprint")
+	ErrInvalidFingerprint = base.ErrInvalidFingerprint
 	// ErrKeyRequired: a key was empty.
 	ErrKeyRequired = bucket.ErrKeyRequired
 	// ErrKeyTooLarge: a key, or a request's handler and key together, do
@@ -309,3 +309,21 @@ type trimmedError struct{ err error }
 func (e *trimmedError) Error() string { return trimPrefix(e.err) }
 
 func (e *trimmedError) Unwrap() error { return e.err }
+
+// NewInProgressError returns the *InProgressError of a key that a claim
+// holds until until, by the clock of the store that refused the request.
+// It is for a store outside this package (the PostgreSQL store, module
+// oncekv/postgres) that refuses a request as DB.Claim does, so that
+// Classify and errors.As work alike on either store.
+func NewInProgressError(until time.Time) *InProgressError {
+	return &InProgressError{until: until}
+}
+
+// NewFailedError returns the *FailedError of a permanent failure recorded
+// with message. cause is the original error on the call that failed, which
+// errors.Is then finds too; nil for a failure replayed from a stored mark.
+// It is for a store outside this package (the PostgreSQL store), so that a
+// failure recorded there is the same error as here.
+func NewFailedError(message string, cause error) *FailedError {
+	return &FailedError{Message: message, cause: cause}
+}

@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/oncekv/oncekv/internal/layout"
+	"github.com/oncekv/oncekv/internal/markid"
 )
 
 // Request is one delivery of a logical operation.
@@ -66,43 +66,17 @@ func (db *DB) checkResponse(n int) error {
 }
 
 // markKey validates req's handler and key and returns its mark key.
-func markKey(req *Request) ([]byte, error) {
-	switch {
-	case req.Handler == "":
-		return nil, ErrHandlerRequired
-	case req.Key == "":
-		return nil, ErrKeyRequired
-	}
-	if err := layout.CheckMarkKey(req.Handler, req.Key); err != nil {
-		return nil, err
-	}
-	return layout.MarkKey(req.Handler, req.Key), nil
-}
+func markKey(req *Request) ([]byte, error) { return markid.Key(req.Handler, req.Key) }
 
 // MaxFingerprintSize is the longest Request.Fingerprint: room for a SHA-512,
 // short enough to catch a payload passed instead.
-const MaxFingerprintSize = 64
-
-// fingerprintDomain keeps a Fingerprint's hash apart from any Payload's.
-const fingerprintDomain = "oncekv.fingerprint\x00"
+const MaxFingerprintSize = markid.MaxFingerprintSize
 
 // fingerprint returns what req's mark stores and later requests must match:
 // the SHA-256 of the Payload, or of the Fingerprint, cut to what a mark
-// keeps (layout.Fingerprint).
+// keeps. The PostgreSQL store computes it alike (internal/markid).
 func fingerprint(req *Request) ([sha256.Size]byte, error) {
-	switch n := len(req.Fingerprint); {
-	case n == 0:
-		return layout.Fingerprint(sha256.Sum256(req.Payload)), nil
-	case n > MaxFingerprintSize:
-		return [sha256.Size]byte{}, fmt.Errorf("%w: %d bytes, over the limit of %d (pass a hash of the payload, not the payload)",
-			ErrInvalidFingerprint, n, MaxFingerprintSize)
-	}
-	h := sha256.New()
-	h.Write([]byte(fingerprintDomain))
-	h.Write(req.Fingerprint)
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return layout.Fingerprint(sum), nil
+	return markid.Fingerprint(req.Payload, req.Fingerprint)
 }
 
 func timeFromNano(n int64) time.Time { return time.Unix(0, n) }

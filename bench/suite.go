@@ -55,7 +55,7 @@ func runSuite(cfg config) error {
 		switch {
 		case !cfg.wanted(p.name):
 		case p.name == "postgres" && cfg.pgDSN == "":
-			st.skipped = append(st.skipped, "postgres: no DSN (run bench/postgres.sh, then -pg-dsn)")
+			st.skipped = append(st.skipped, "postgres: no DSN (run .ci/postgres.sh, then -pg-dsn)")
 		default:
 			ps = append(ps, p)
 		}

@@ -14,10 +14,15 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-// Errors returned for bad input to a user bucket. Package bucket and the root
-// package re-export them, so callers test them with errors.Is against
+// Errors returned for bad input to a request or a user bucket. Package
+// bucket and the root package re-export them, so callers test them with errors.Is against
 // oncekv.ErrKeyRequired and the like.
 var (
+	// ErrHandlerRequired: Request.Handler was empty.
+	ErrHandlerRequired = errors.New("oncekv: handler required")
+	// ErrInvalidFingerprint: Request.Fingerprint is longer than
+	// MaxFingerprintSize.
+	ErrInvalidFingerprint = errors.New("oncekv: invalid fingerprint")
 	// ErrBucketNameRequired: a user bucket name was empty.
 	ErrBucketNameRequired = errors.New("oncekv: bucket name required")
 	// ErrKeyRequired: a key was empty.

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# A private PostgreSQL cluster for the benchmarks: installs Debian's
-# postgresql if missing, starts a cluster under a temp dir, listening on
-# 127.0.0.1 only, and prints its DSN on stdout.
+# A private PostgreSQL cluster for the tests and the benchmarks, the one
+# script every module uses: installs Debian's postgresql if missing, starts
+# a cluster under a temp dir, listening on 127.0.0.1 only, and prints its
+# DSN on stdout.
 #
-#   dsn=$(bash bench/postgres.sh)        # start; progress goes to stderr
-#   go run . -pg-dsn "$dsn"               # or: ONCEKV_BENCH_PG_DSN=$dsn go run .
-#   bash bench/postgres.sh stop          # stop it and remove its dir
+#   dsn=$(bash .ci/postgres.sh)            # start; progress goes to stderr
+#   ONCEKV_PG_DSN=$dsn go test ./...       # (in postgres/) the store's tests
+#   (cd bench && go run . -pg-dsn "$dsn")  # the benchmarks
+#   bash .ci/postgres.sh stop              # stop it and remove its dir
 #
 # The cluster runs as the postgres user (PostgreSQL refuses to run as root).
-# Its directory is remembered in $STATE so that stop finds it.
+# Its directory is remembered in $ONCEKV_PG_STATE so that stop finds it;
+# ONCEKV_PG_PORT picks the port, so two clusters can run side by side.
+# (The bench module's names, ONCEKV_BENCH_PG_STATE/PORT/USER, still work.)
 set -euo pipefail
 
-STATE=${ONCEKV_BENCH_PG_STATE:-/tmp/oncekv-bench-pg.dir}
-PORT=${ONCEKV_BENCH_PG_PORT:-55432}
-RUN_AS=${ONCEKV_BENCH_PG_USER:-postgres}
+STATE=${ONCEKV_PG_STATE:-${ONCEKV_BENCH_PG_STATE:-/tmp/oncekv-pg.dir}}
+PORT=${ONCEKV_PG_PORT:-${ONCEKV_BENCH_PG_PORT:-55432}}
+RUN_AS=${ONCEKV_PG_USER:-${ONCEKV_BENCH_PG_USER:-postgres}}
 
 log() { echo "postgres.sh: $*" >&2; }
 
@@ -71,15 +75,16 @@ start() {
 	fi
 
 	local dir
-	dir=$(mktemp -d /tmp/oncekv-bench-pg.XXXXXX)
+	dir=$(mktemp -d /tmp/oncekv-pg.XXXXXX)
 	chmod 755 "$dir"
 	[ "$(id -u)" = 0 ] && chown "$RUN_AS" "$dir"
 	echo "$dir" >"$STATE"
 
 	as "$bin/initdb" -D "$dir/data" -U bench --auth=trust -E UTF8 --no-locale >&2
 	# fsync and synchronous_commit stay on: the durable rows must be durable.
+	# Enough connections for the multi-process tests (several pools at once).
 	as "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
-		-o "-c listen_addresses=127.0.0.1 -c port=$PORT -c unix_socket_directories=$dir -c max_connections=50" \
+		-o "-c listen_addresses=127.0.0.1 -c port=$PORT -c unix_socket_directories=$dir -c max_connections=200" \
 		start >&2
 	as "$bin/createdb" -h 127.0.0.1 -p "$PORT" -U bench bench >&2
 	log "running in $dir"

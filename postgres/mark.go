@@ -1,0 +1,142 @@
+package postgres
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/markid"
+)
+
+// The states of a mark, as the root's records number them.
+const (
+	stateInProgress int16 = 1
+	stateDone       int16 = 2
+	stateFailed     int16 = 3
+)
+
+// fingerprintSize is how much of the payload's SHA-256 a mark keeps, as
+// in the root.
+const fingerprintSize = 16
+
+// releasedLease is the lease end of a released claim: run out whatever
+// the clock says, as in the root.
+const releasedLease = math.MinInt64
+
+// ident is what identifies one request: its mark key's id (the row's id
+// column), the advisory lock that serialises its writers, and the
+// fingerprint its mark keeps.
+type ident struct {
+	handler, key []byte
+	id           []byte // 16 bytes: see schemaDDL
+	claimKey     string // Claim.Key
+	lock         int64  // pg_advisory_xact_lock key
+	fp           []byte // fingerprintSize bytes
+}
+
+// identify validates req as the root does (markid) and returns its
+// identity within the store whose lock salt is salt.
+func identify(req *oncekv.Request, salt int64) (ident, error) {
+	mkey, err := markid.Key(req.Handler, req.Key)
+	if err != nil {
+		return ident{}, err
+	}
+	fp, err := markid.Fingerprint(req.Payload, req.Fingerprint)
+	if err != nil {
+		return ident{}, err
+	}
+	return identOf(mkey, req.Handler, req.Key, fp[:fingerprintSize], salt), nil
+}
+
+func identOf(mkey []byte, handler, key string, fp []byte, salt int64) ident {
+	sum := sha256.Sum256(mkey)
+	return ident{
+		handler:  []byte(handler),
+		key:      []byte(key),
+		id:       sum[:16],
+		claimKey: markid.ClaimKey(mkey),
+		lock:     int64(binary.BigEndian.Uint64(sum[:8])) ^ salt,
+		fp:       fp,
+	}
+}
+
+// mark is one row of the marks table.
+type mark struct {
+	win        int64
+	firstSeen  int64
+	leaseUntil int64 // 0 when NULL
+	token      uint64
+	state      int16
+	fp         []byte
+	response   []byte // nil when NULL: nil and empty stay distinct
+	errMsg     string
+	bad        string // what is wrong with the row it was read from; see checkMark
+}
+
+// markColumns are the columns scanMark reads, in its order.
+const markColumns = "win, first_seen, lease_until, token, state, fingerprint, response, error"
+
+// scanner is a pgx.Row or pgx.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanMark reads the columns of markColumns (after those in extra). The
+// row is not checked yet: see checkMark.
+func scanMark(r scanner, extra ...any) (*mark, error) {
+	var m mark
+	var lease, token *int64
+	var errMsg []byte
+	dest := append(extra, &m.win, &m.firstSeen, &lease, &token, &m.state, &m.fp, &m.response, &errMsg)
+	if err := r.Scan(dest...); err != nil {
+		return nil, err
+	}
+	switch {
+	case m.state < stateInProgress || m.state > stateFailed:
+		m.bad = fmt.Sprintf("state %d", m.state)
+	case len(m.fp) != fingerprintSize:
+		m.bad = fmt.Sprintf("fingerprint of %d bytes, want %d", len(m.fp), fingerprintSize)
+	case m.state == stateInProgress && lease == nil:
+		m.bad = "a claim without a lease end"
+	case token != nil && *token < 0:
+		m.bad = fmt.Sprintf("token %d", *token)
+	}
+	if lease != nil {
+		m.leaseUntil = *lease
+	}
+	if token != nil {
+		m.token = uint64(*token)
+	}
+	m.errMsg = string(errMsg)
+	return &m, nil
+}
+
+// checkMark returns m, or a *oncekv.RecordError naming the table and id's
+// key when m's row does not hold a mark: a bad row is an error, never a
+// panic or a wrong answer.
+func (s *Store) checkMark(m *mark, id *ident) (*mark, error) {
+	if m.bad == "" {
+		return m, nil
+	}
+	return nil, &oncekv.RecordError{Bucket: s.opts.Schema + ".marks", Key: string(id.handler) + "/" + string(id.key), Err: errors.New(m.bad)}
+}
+
+// sameRequest reports whether m's fingerprint is the request's.
+func (m *mark) sameRequest(id *ident) bool { return bytes.Equal(m.fp, id.fp) }
+
+// live reports whether m is a claim whose lease has not run out at now.
+func (m *mark) live(now int64) bool { return m.state == stateInProgress && now < m.leaseUntil }
+
+func timeFromNano(n int64) time.Time { return time.Unix(0, n) }
+
+// leaseEnd is now+lease in Unix nanoseconds, saturated rather than
+// wrapped around, as the root's.
+func leaseEnd(now int64, lease time.Duration) int64 {
+	if now > 0 && int64(lease) > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + int64(lease)
+}
