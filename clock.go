@@ -22,8 +22,11 @@ type monotonicClock struct {
 	now     func() time.Time
 	maxJump int64 // Options.MaxClockJump in nanoseconds; <= 0: unbounded
 	high    atomic.Int64
-	// settled is false until the first reading after Open, taken as is.
+	// settled is false until the first reading, Open's anchor, taken as is.
 	settled atomic.Bool
+	// anchorOnly is true while Open's anchor is the only reading: nothing
+	// acted on it, so Close need not save it.
+	anchorOnly atomic.Bool
 	// jumps counts the forward jumps held back (Stats.ClockJumps).
 	jumps atomic.Uint64
 	// pending is set while a jump waits, so the common reading takes no lock.
@@ -49,8 +52,18 @@ func (c *monotonicClock) read() time.Time {
 // file proved at Open, see atLeast), without reading the clock again.
 func (c *monotonicClock) last() time.Time { return time.Unix(0, c.high.Load()) }
 
+// anchor takes Open's reading, from which MaxClockJump holds for the first
+// call's reading too.
+func (c *monotonicClock) anchor() {
+	c.read()
+	c.anchorOnly.Store(true)
+}
+
 // readRaw is read that also returns the raw reading it was made from.
 func (c *monotonicClock) readRaw() (store, raw time.Time) {
+	if c.anchorOnly.Load() {
+		c.anchorOnly.Store(false)
+	}
 	raw = c.now()
 	n := raw.UnixNano()
 	first := !c.settled.Load()

@@ -72,7 +72,10 @@ func TestOneFutureClockReadingDoesNotFreezeTheStore(t *testing.T) {
 				db, err = oncekv.Open(path, opts)
 				require.NoError(t, err)
 			}
-			clock.Advance(retention + 2*span)
+			for range 2 { // steps under MaxClockJump, each read: time passing, not a jump
+				clock.Advance(retention/2 + span)
+				db.Now()
+			}
 			st, err := db.Expire(ctx)
 			require.NoError(t, err)
 			require.NotZero(t, st.Windows, "expiry still runs")
@@ -241,4 +244,53 @@ func TestClockSteppedBackAcrossRestartRevivesNoLease(t *testing.T) {
 	res, err := db.Apply(context.Background(), req, nil)
 	require.NoError(t, err, "the expired claim must be taken over, not reported as in progress")
 	require.False(t, res.Duplicate)
+}
+
+// TestFirstReadingAfterOpenIsCheckedForJumps: Open anchors the store's
+// clock, so a far-future reading by the first call after Open (a fresh
+// store's first Apply, or the first after a restart) is a jump held back
+// like any other, not the time the store saves and issues leases from.
+func TestFirstReadingAfterOpenIsCheckedForJumps(t *testing.T) {
+	for _, fresh := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fresh-%v", fresh), func(t *testing.T) {
+			ctx := context.Background()
+			const span, retention, jump = time.Hour, 24 * time.Hour, 50 * 365 * 24 * time.Hour
+			clock := oncetest.NewClock(epoch.Add(9 * time.Hour))
+			path := filepath.Join(t.TempDir(), "x.db")
+			opts := timeOpts(clock, span, retention)
+			if !fresh {
+				db, err := oncekv.Open(path, opts)
+				require.NoError(t, err)
+				applyKey(t, db, "before")
+				require.NoError(t, db.Close())
+				clock.Advance(time.Hour)
+			}
+			db, err := oncekv.Open(path, opts)
+			require.NoError(t, err)
+			clock.Advance(jump) // the first reading after Open is a glitch...
+			applyKey(t, db, "glitch")
+			clock.Advance(-jump) // ...and the clock is right again
+			require.Equal(t, uint64(1), db.Stats().ClockJumps, "the first reading is checked against Open's")
+
+			req := oncekv.Request{Handler: "h", Key: "job"}
+			c, err := db.Claim(ctx, req, time.Minute)
+			require.NoError(t, err)
+			require.WithinDuration(t, clock.Now().Add(time.Minute), c.LeaseUntil(), time.Second,
+				"a lease counts from the clock, not from the bad reading")
+			require.NoError(t, db.Close())
+
+			db, err = oncekv.Open(path, opts) // what the file saved is the true time too
+			require.NoError(t, err)
+			defer db.Close()
+			require.WithinDuration(t, clock.Now(), db.Now(), time.Second)
+			clock.Advance(2 * time.Minute)
+			c2, err := db.Claim(ctx, req, time.Minute)
+			require.NoError(t, err, "the lease has run out after its minute")
+			require.Greater(t, c2.Token(), c.Token())
+			for _, w := range db.Stats().Windows {
+				require.True(t, w.Start.Before(clock.Now()), "no window opened in the future: %v", w.Start)
+			}
+			require.True(t, applyKey(t, db, "glitch").Duplicate)
+		})
+	}
 }

@@ -63,7 +63,7 @@ func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 	if db.opts.ReadOnly {
 		return save, false
 	}
-	save.clock = db.clock.high.Load() > db.clockSaved
+	save.clock = db.clock.high.Load() > db.clockSaved && !db.clock.anchorOnly.Load()
 	if db.filtersOn() {
 		if n := db.live.Newest(); n != nil && n.Filter != nil && !db.newestFilterCurrent() {
 			save.newest = &windowFilter{n.Start, n.Filter}

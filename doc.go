@@ -73,8 +73,9 @@
 //     hand it Claim.Key to deduplicate on and Claim.Token to fence with,
 //     never the token as the key.
 //   - A forward clock jump over Options.MaxClockJump is held back until
-//     three readings agree; after a crash the clock resumes up to a second
-//     before the last commit's reading.
+//     three readings agree (Open's own reading is taken as is); after a
+//     crash the clock resumes up to a second before the last commit's
+//     reading. RewindClock undoes a clock saved in the future.
 //   - A claim whose lease outlasts Retention keeps its window, and every
 //     newer one, until the lease ends.
 //   - A long View can stall the writer that grows the file past bbolt's

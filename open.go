@@ -119,6 +119,9 @@ func Open(path string, opts *Options) (db *DB, err error) {
 	if n := db.live.Newest(); n != nil {
 		db.clock.atLeast(n.Start) // a restart must not turn the clock back either
 	}
+	if o.MaxClockJump > 0 {
+		db.clock.anchor()
+	}
 	db.life.init()
 	if o.ExpireInterval > 0 && !o.ReadOnly {
 		ctx, stop := context.WithCancel(context.Background())

@@ -79,8 +79,9 @@ type Options struct {
 
 	// MaxClockJump bounds how far ahead of the store's time a reading of Now
 	// is believed at once; a further one is held back until three readings
-	// agree, and counted in Stats.ClockJumps (docs/design/clock.md).
-	// Default 24h; negative disables the bound.
+	// agree, and counted in Stats.ClockJumps (docs/design/clock.md). Open
+	// takes one reading as is, so the bound holds for the first call too.
+	// Default 24h; negative disables the bound (and Open's reading).
 	MaxClockJump time.Duration
 
 	// BloomFalsePositiveRate is the target false-positive rate of each
