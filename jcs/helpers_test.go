@@ -50,7 +50,7 @@ func esNumber(f float64) string {
 	all := whole + frac
 	lead := len(all) - len(strings.TrimLeft(all, "0"))
 	s := strings.TrimRight(all[lead:], "0") // the significant digits
-	n := len(whole) - lead + exp           // f = 0.s × 10^n
+	n := len(whole) - lead + exp            // f = 0.s × 10^n
 	k := len(s)
 	var out string
 	switch {

@@ -11,9 +11,9 @@ func (p *parser) str(wantName bool) ([]byte, *fault) {
 	start := p.pos
 	p.pos++
 	p.out = append(p.out, '"')
-	run := p.pos        // start of the characters not yet copied
-	var decoded []byte  // the name so far, once it had an escape
-	var escaped bool    // decoded is in use
+	run := p.pos       // start of the characters not yet copied
+	var decoded []byte // the name so far, once it had an escape
+	var escaped bool   // decoded is in use
 	flush := func() {
 		p.out = append(p.out, p.data[run:p.pos]...)
 		if escaped {
