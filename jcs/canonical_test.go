@@ -137,8 +137,8 @@ func TestErrors(t *testing.T) {
 		{`"\u12`, jcs.ErrSyntax, 1, "$", `cut short`},
 		{"\"\xff\"", jcs.ErrInvalidUTF8, 1, "$", "0xff"},
 		{"{\"k\":\"a\xed\xa0\x80\"}", jcs.ErrInvalidUTF8, 7, "$['k']", "0xed"}, // a raw surrogate
-		{"[\"\xc0\xaf\"]", jcs.ErrInvalidUTF8, 2, "$[0]", "0xc0"},               // overlong '/'
-		{"{\"\xe2\x82\":1}", jcs.ErrInvalidUTF8, 2, "$", "0xe2"},                // cut short, in a name
+		{"[\"\xc0\xaf\"]", jcs.ErrInvalidUTF8, 2, "$[0]", "0xc0"},              // overlong '/'
+		{"{\"\xe2\x82\":1}", jcs.ErrInvalidUTF8, 2, "$", "0xe2"},               // cut short, in a name
 		{`["\ud800"]`, jcs.ErrLoneSurrogate, 2, "$[0]", "high surrogate with no"},
 		{`["\ud800x"]`, jcs.ErrLoneSurrogate, 2, "$[0]", "high surrogate with no"},
 		{`["\ud800\u0041"]`, jcs.ErrLoneSurrogate, 2, "$[0]", `followed by \u0041`},
