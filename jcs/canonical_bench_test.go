@@ -1,0 +1,91 @@
+package jcs_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/oncekv/oncekv/jcs"
+)
+
+// orderBody is a typical 1 KiB request body: an order as a client
+// library writes it, indented, members in the client's order, a few
+// escapes and decimals.
+var orderBody = []byte(`{
+  "order_id": "ord_8e03978e40d543e8bc936894a57f9324",
+  "customer": {
+    "id": "cus_1042",
+    "name": "Jos\u00e9 Mar\u00eda Garc\u00eda",
+    "email": "jose.garcia@example.com",
+    "address": {"street": "Calle de Alcal\u00e1 42", "city": "Madrid", "postcode": "28014", "country": "ES"}
+  },
+  "currency": "EUR",
+  "items": [
+    {"sku": "SKU-0001", "title": "Espresso beans, 1 kg", "quantity": 2, "unit_price": 18.50, "tax_rate": 0.10},
+    {"sku": "SKU-0417", "title": "Burr grinder \"Pro\"", "quantity": 1, "unit_price": 129.00, "tax_rate": 0.21},
+    {"sku": "SKU-0093", "title": "Paper filters (100)", "quantity": 3, "unit_price": 4.25, "tax_rate": 0.21},
+    {"sku": "SKU-1200", "title": "Gift card", "quantity": 1, "unit_price": 50, "tax_rate": 0}
+  ],
+  "discount": {"code": "SPRING10", "percent": 10},
+  "shipping": {"method": "express", "price": 7.9, "eta_days": 2},
+  "total": 225.43,
+  "notes": "Leave at the door / ring twice",
+  "metadata": {"source": "mobile-app", "app_version": "5.12.0", "ab_test": null, "gift": false},
+  "created_at": "2025-03-14T09:26:53.589Z"
+}
+`)
+
+// BenchmarkCanonicalize: canonicalising orderBody, about 1 KiB.
+func BenchmarkCanonicalize(b *testing.B) {
+	b.SetBytes(int64(len(orderBody)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := jcs.Canonicalize(orderBody); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFingerprint: canonicalising and hashing orderBody.
+func BenchmarkFingerprint(b *testing.B) {
+	b.SetBytes(int64(len(orderBody)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := jcs.Fingerprint(orderBody); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncodingJSONCompact is a yardstick for the two above:
+// encoding/json's Compact of orderBody, a scan that sorts nothing and
+// rewrites no number or string.
+func BenchmarkEncodingJSONCompact(b *testing.B) {
+	b.SetBytes(int64(len(orderBody)))
+	b.ReportAllocs()
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := json.Compact(&buf, orderBody); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEncodingJSONRoundTrip is the other yardstick: orderBody
+// decoded into an any and encoded again, the usual way to get sorted
+// keys with encoding/json (not RFC 8785: it sorts by UTF-8 bytes and
+// escapes <, > and &).
+func BenchmarkEncodingJSONRoundTrip(b *testing.B) {
+	b.SetBytes(int64(len(orderBody)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var v any
+		if err := json.Unmarshal(orderBody, &v); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := json.Marshal(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
