@@ -205,6 +205,34 @@ func TestCanonicalJSONKeepsWrapsAnswers(t *testing.T) {
 	require.Panics(t, func() { mw.WrapCanonicalJSON(nil) })
 }
 
+// TestCanonicalJSONReadsNoBodyBefore401: as with Wrap, the body of a
+// request whose caller cannot be identified is not read at all.
+func TestCanonicalJSONReadsNoBodyBefore401(t *testing.T) {
+	h := &bodySeer{}
+	mw, err := idemhttp.New(openDB(t, newClock(), nil), &idemhttp.Options{Scope: userScope})
+	require.NoError(t, err)
+	body := &countingReader{r: strings.NewReader(`{"b":1,"a":2}`)}
+	req := httptest.NewRequest(http.MethodPost, "/pay", body)
+	req.Header = jsonHeader.Clone()
+	req.Header.Set("Idempotency-Key", "k")
+	w := httptest.NewRecorder()
+	mw.WrapCanonicalJSON(h).ServeHTTP(w, req)
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	require.Zero(t, body.reads)
+	require.Empty(t, h.seen())
+}
+
+// countingReader counts the reads of r.
+type countingReader struct {
+	r     io.Reader
+	reads int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	c.reads++
+	return c.r.Read(p)
+}
+
 // failing is a request body whose reads fail.
 type failing struct{}
 
