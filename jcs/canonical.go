@@ -21,13 +21,20 @@ import (
 // may be any JSON value, an object, an array or a scalar, with
 // whitespace around it; it is read, never changed or kept.
 func Canonicalize(data []byte) ([]byte, error) {
+	return canonicalize(data, bytes.Clone)
+}
+
+// canonicalize parses data and returns what use makes of its canonical
+// form, which is valid only while use runs.
+func canonicalize[T any](data []byte, use func(canonical []byte) T) (T, error) {
 	p := newParser(data)
 	defer p.free()
 	out, err := p.canonical()
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
-	return bytes.Clone(out), nil
+	return use(out), nil
 }
 
 // parser is one Canonicalize call: it reads data from pos and writes the
@@ -141,67 +148,69 @@ func (p *parser) literal(word string) *fault {
 	return nil
 }
 
-// nest enters an array or object, refusing to go past MaxDepth.
-func (p *parser) nest() *fault {
-	if p.depth == MaxDepth {
-		return faultf(ErrTooDeep, p.pos, "more than %d arrays and objects inside one another", MaxDepth)
-	}
-	p.depth++
-	return nil
-}
-
 func (p *parser) array() *fault {
-	if f := p.nest(); f != nil {
+	if empty, f := p.open(']'); f != nil || empty {
 		return f
 	}
 	defer func() { p.depth-- }()
-	p.pos++
-	p.out = append(p.out, '[')
-	p.space()
-	if p.pos < len(p.data) && p.data[p.pos] == ']' {
-		p.pos++
-		p.out = append(p.out, ']')
-		return nil
-	}
 	for i := 0; ; i++ {
 		if f := p.value(); f != nil {
 			f.segs = append(f.segs, indexSeg(i))
 			return f
 		}
-		p.space()
-		switch {
-		case p.pos >= len(p.data):
-			return faultf(ErrSyntax, p.pos, "the input ends inside an array")
-		case p.data[p.pos] == ',':
-			p.pos++
-			p.out = append(p.out, ',')
-			p.space()
-		case p.data[p.pos] == ']':
-			p.pos++
-			p.out = append(p.out, ']')
-			return nil
-		default:
-			return faultf(ErrSyntax, p.pos, "%s where an array needs ',' or ']'", quoteRune(p.data[p.pos:]))
+		if done, f := p.after(']', "array"); f != nil || done {
+			return f
 		}
 	}
 }
 
+// open enters the array or object at p.pos, refusing to nest past
+// MaxDepth, and reads it whole if it is empty; else the caller reads its
+// elements, then leaves it (p.depth--).
+func (p *parser) open(closer byte) (empty bool, f *fault) {
+	if p.depth == MaxDepth {
+		return false, faultf(ErrTooDeep, p.pos, "more than %d arrays and objects inside one another", MaxDepth)
+	}
+	p.out = append(p.out, p.data[p.pos])
+	p.pos++
+	p.space()
+	if p.pos < len(p.data) && p.data[p.pos] == closer {
+		p.pos++
+		p.out = append(p.out, closer)
+		return true, nil
+	}
+	p.depth++
+	return false, nil
+}
+
+// after reads what follows an element of an array or object (a member):
+// a comma and the space after it, or closer, which ends it (done).
+func (p *parser) after(closer byte, what string) (done bool, f *fault) {
+	p.space()
+	switch {
+	case p.pos >= len(p.data):
+		return false, faultf(ErrSyntax, p.pos, "the input ends inside an %s", what)
+	case p.data[p.pos] == ',':
+		p.pos++
+		p.out = append(p.out, ',')
+		p.space()
+		return false, nil
+	case p.data[p.pos] == closer:
+		p.pos++
+		p.out = append(p.out, closer)
+		return true, nil
+	}
+	return false, faultf(ErrSyntax, p.pos, "%s where an %s needs ',' or '%c'", quoteRune(p.data[p.pos:]), what, closer)
+}
+
 func (p *parser) object() *fault {
-	if f := p.nest(); f != nil {
+	open := len(p.out)
+	if empty, f := p.open('}'); f != nil || empty {
 		return f
 	}
 	defer func() { p.depth-- }()
-	open := len(p.out)
 	base := len(p.members)
 	defer func() { p.members = p.members[:base] }()
-	p.pos++
-	p.out = append(p.out, '{')
-	p.space()
-	if p.pos < len(p.data) && p.data[p.pos] == '}' {
-		p.pos++
-		p.out = append(p.out, '}')
-		return nil
-	}
 	for {
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
 			if p.pos >= len(p.data) {
@@ -230,20 +239,12 @@ func (p *parser) object() *fault {
 		}
 		m.end = len(p.out)
 		p.members = append(p.members, m)
-		p.space()
-		switch {
-		case p.pos >= len(p.data):
-			return faultf(ErrSyntax, p.pos, "the input ends inside an object")
-		case p.data[p.pos] == ',':
-			p.pos++
-			p.out = append(p.out, ',')
-			p.space()
-		case p.data[p.pos] == '}':
-			p.pos++
-			p.out = append(p.out, '}')
+		done, f := p.after('}', "object")
+		if f != nil {
+			return f
+		}
+		if done {
 			return p.sortMembers(open, p.members[base:])
-		default:
-			return faultf(ErrSyntax, p.pos, "%s where an object needs ',' or '}'", quoteRune(p.data[p.pos:]))
 		}
 	}
 }

@@ -18,14 +18,10 @@ const FingerprintSize = sha256.Size
 // it alike: SHA-256 over the RFC 8785 bytes, nothing added. Its errors are
 // Canonicalize's.
 func Fingerprint(data []byte) ([]byte, error) {
-	p := newParser(data)
-	defer p.free()
-	out, err := p.canonical()
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(out)
-	return sum[:], nil
+	return canonicalize(data, func(canonical []byte) []byte {
+		sum := sha256.Sum256(canonical)
+		return sum[:]
+	})
 }
 
 // Request returns the oncekv.Request of one delivery of a JSON body: its
