@@ -49,12 +49,13 @@ type parser struct {
 	// objects it holds pushing theirs above and popping them before it
 	// goes on. Its size is bounded by the input's.
 	members []member
+	names   []byte // the decoded names that had escapes, a stack as members
 	scratch []byte // an object's members while they are sorted
 }
 
 // member is an object member written to out[start:end] ("name":value).
 type member struct {
-	name       []byte // decoded
+	name       span // decoded
 	start, end int
 	offset     int // of its name in data
 }
@@ -70,15 +71,14 @@ const maxPooled = 64 << 10
 func newParser(data []byte) *parser {
 	p := parsers.Get().(*parser)
 	p.data, p.pos, p.depth = data, 0, 0
-	p.out, p.members, p.scratch = p.out[:0], p.members[:0], p.scratch[:0]
+	p.out, p.members, p.names, p.scratch = p.out[:0], p.members[:0], p.names[:0], p.scratch[:0]
 	return p
 }
 
 func (p *parser) free() {
-	if cap(p.out) > maxPooled || cap(p.scratch) > maxPooled || cap(p.members) > maxPooled/32 {
+	if cap(p.out) > maxPooled || cap(p.scratch) > maxPooled || cap(p.names) > maxPooled || cap(p.members) > maxPooled/32 {
 		return
 	}
-	clear(p.members[:cap(p.members)]) // names point into the caller's data
 	p.data = nil
 	parsers.Put(p)
 }
@@ -209,8 +209,8 @@ func (p *parser) object() *fault {
 		return f
 	}
 	defer func() { p.depth-- }()
-	base := len(p.members)
-	defer func() { p.members = p.members[:base] }()
+	base, nbase := len(p.members), len(p.names)
+	defer func() { p.members, p.names = p.members[:base], p.names[:nbase] }()
 	for {
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
 			if p.pos >= len(p.data) {
@@ -227,14 +227,14 @@ func (p *parser) object() *fault {
 		p.space()
 		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
 			f := faultf(ErrSyntax, p.pos, "%s where ':' should follow a member name", quoteRune(p.data[p.pos:]))
-			f.segs = append(f.segs, nameSeg(name))
+			f.segs = append(f.segs, nameSeg(p.name(name)))
 			return f
 		}
 		p.pos++
 		p.out = append(p.out, ':')
 		p.space()
 		if f := p.value(); f != nil {
-			f.segs = append(f.segs, nameSeg(name))
+			f.segs = append(f.segs, nameSeg(p.name(name)))
 			return f
 		}
 		m.end = len(p.out)
@@ -254,7 +254,7 @@ func (p *parser) object() *fault {
 func (p *parser) sortMembers(open int, ms []member) *fault {
 	sorted := true
 	for i := 1; i < len(ms); i++ {
-		if c := compareNames(ms[i-1].name, ms[i].name); c >= 0 {
+		if c := compareNames(p.name(ms[i-1].name), p.name(ms[i].name)); c >= 0 {
 			sorted = false
 			break
 		}
@@ -262,12 +262,12 @@ func (p *parser) sortMembers(open int, ms []member) *fault {
 	if sorted {
 		return nil
 	}
-	slices.SortStableFunc(ms, func(a, b member) int { return compareNames(a.name, b.name) })
+	slices.SortStableFunc(ms, func(a, b member) int { return compareNames(p.name(a.name), p.name(b.name)) })
 	for i := 1; i < len(ms); i++ {
-		if bytes.Equal(ms[i-1].name, ms[i].name) {
+		if bytes.Equal(p.name(ms[i-1].name), p.name(ms[i].name)) {
 			first, again := ms[i-1], ms[i] // the sort is stable: first came first
-			f := faultf(ErrDuplicateName, again.offset, "the name %s again (first at offset %d)", quoteDetail(again.name), first.offset)
-			f.segs = append(f.segs, nameSeg(again.name))
+			f := faultf(ErrDuplicateName, again.offset, "the name %s again (first at offset %d)", quoteDetail(p.name(again.name)), first.offset)
+			f.segs = append(f.segs, nameSeg(p.name(again.name)))
 			return f
 		}
 	}

@@ -6,18 +6,18 @@ import "unicode/utf8"
 // canonical form (RFC 8785 section 3.2.2.2) to p.out: every character as
 // itself except '"', '\' and U+0000 to U+001F, which are escaped, the
 // latter as \b, \t, \n, \f, \r or \u00xx. With wantName it also returns
-// the string decoded, a slice of the input when it has no escapes.
-func (p *parser) str(wantName bool) ([]byte, *fault) {
+// where the string decoded is: in the input when it has no escapes, else
+// appended to p.names.
+func (p *parser) str(wantName bool) (span, *fault) {
 	start := p.pos
 	p.pos++
 	p.out = append(p.out, '"')
-	run := p.pos       // start of the characters not yet copied
-	var decoded []byte // the name so far, once it had an escape
-	var escaped bool   // decoded is in use
+	run := p.pos // start of the characters not yet copied
+	name := span{start: start + 1}
 	flush := func() {
 		p.out = append(p.out, p.data[run:p.pos]...)
-		if escaped {
-			decoded = append(decoded, p.data[run:p.pos]...)
+		if name.decoded {
+			p.names = append(p.names, p.data[run:p.pos]...)
 		}
 	}
 	for p.pos < len(p.data) {
@@ -26,40 +26,56 @@ func (p *parser) str(wantName bool) ([]byte, *fault) {
 			flush()
 			p.pos++
 			p.out = append(p.out, '"')
-			if !wantName {
-				return nil, nil
+			name.end = p.pos - 1
+			if name.decoded {
+				name.end = len(p.names)
 			}
-			if !escaped {
-				decoded = p.data[start+1 : p.pos-1]
-			}
-			return decoded, nil
+			return name, nil
 		case c == '\\':
-			if wantName && !escaped {
-				decoded, escaped = append([]byte(nil), p.data[start+1:run]...), true
+			if wantName && !name.decoded {
+				// Nothing was copied yet: run is just past the quote.
+				name = span{start: len(p.names), decoded: true}
 			}
 			flush()
 			r, f := p.escape()
 			if f != nil {
-				return nil, f
+				return span{}, f
 			}
 			p.out = appendStringRune(p.out, r)
-			if escaped {
-				decoded = utf8.AppendRune(decoded, r)
+			if name.decoded {
+				p.names = utf8.AppendRune(p.names, r)
 			}
 			run = p.pos
 		case c < 0x20:
-			return nil, faultf(ErrSyntax, p.pos, "the control character U+%04X unescaped in a string", c)
+			return span{}, faultf(ErrSyntax, p.pos, "the control character U+%04X unescaped in a string", c)
 		case c < utf8.RuneSelf:
 			p.pos++
 		default:
 			r, size := utf8.DecodeRune(p.data[p.pos:])
 			if r == utf8.RuneError && size == 1 {
-				return nil, faultf(ErrInvalidUTF8, p.pos, "the byte 0x%02x in a string", p.data[p.pos])
+				return span{}, faultf(ErrInvalidUTF8, p.pos, "the byte 0x%02x in a string", p.data[p.pos])
 			}
 			p.pos += size
 		}
 	}
-	return nil, faultf(ErrSyntax, start, "a string that never ends")
+	return span{}, faultf(ErrSyntax, start, "a string that never ends")
+}
+
+// span is where a member's decoded name is: p.data[start:end], or
+// p.names[start:end] when it had escapes (decoded). Offsets, not slices,
+// keep members free of pointers, which sorting them would otherwise pay
+// for in write barriers.
+type span struct {
+	start, end int
+	decoded    bool
+}
+
+// name returns the decoded name at s.
+func (p *parser) name(s span) []byte {
+	if s.decoded {
+		return p.names[s.start:s.end]
+	}
+	return p.data[s.start:s.end]
 }
 
 // escape reads the escape sequence at p.pos (its backslash) and returns
