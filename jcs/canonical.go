@@ -3,7 +3,6 @@ package jcs
 import (
 	"bytes"
 	"slices"
-	"strconv"
 	"sync"
 )
 
@@ -15,11 +14,16 @@ import (
 // same JSON value, read the way ECMAScript reads it, have the same
 // canonical form; the canonical form of a canonical form is itself.
 //
+// data may be any JSON value, an object, an array or a scalar, with
+// whitespace around it; it is read, never changed or kept. The work is
+// linear in its length (n log n to sort an object of n members) whatever
+// its shape, and memory at most 24 bytes per byte of it, 3 when its
+// objects are in order already.
+//
 // Input the RFC does not cover is refused with an *Error wrapping one of
 // ErrSyntax, ErrInvalidUTF8, ErrLoneSurrogate, ErrDuplicateName,
-// ErrNumberRange or ErrTooDeep, saying where in data it was found. data
-// may be any JSON value, an object, an array or a scalar, with
-// whitespace around it; it is read, never changed or kept.
+// ErrNumberRange, ErrTooDeep or ErrTooLarge, saying where in data it was
+// found.
 func Canonicalize(data []byte) ([]byte, error) {
 	return canonicalize(data, bytes.Clone)
 }
@@ -37,46 +41,46 @@ func canonicalize[T any](data []byte, use func(canonical []byte) T) (T, error) {
 	return use(out), nil
 }
 
-// parser is one Canonicalize call: it reads data from pos and writes the
-// canonical form to out as it goes; each object's members are written in
-// the order they came, then sorted in place.
+// parser is one Canonicalize call. It reads data once, writing to buf
+// the canonical form with each object's members in input order, and
+// records every object (object.go); then, if some object's members were
+// not in order, emit writes the canonical form to out from buf, each
+// object's members in sorted order, copying each byte once however deeply
+// the objects nest. Every buffer grows with the input only.
 type parser struct {
 	data  []byte
 	pos   int
-	out   []byte
 	depth int
-	// members is a stack: an object's members from its base up, the
-	// objects it holds pushing theirs above and popping them before it
-	// goes on. Its size is bounded by the input's.
-	members []member
-	names   []byte // the decoded names that had escapes, a stack as members
-	scratch []byte // an object's members while they are sorted
-}
-
-// member is an object member written to out[start:end] ("name":value).
-type member struct {
-	name       span // decoded
-	start, end int
-	offset     int // of its name in data
+	buf   []byte
+	// members is a stack: an open object's members from its base up, the
+	// objects it holds pushing theirs above and moving them to sorted
+	// when they close.
+	members   []member
+	sorted    []member // the members of closed objects, each one's together, in order
+	objects   []object // every object, in input order
+	reordered bool     // some object's members are not in input order
+	out       []byte
 }
 
 // parsers keeps the buffers of finished calls, which a 1 KiB body would
 // otherwise allocate afresh each time.
 var parsers = sync.Pool{New: func() any { return new(parser) }}
 
-// maxPooled bounds the buffers a pooled parser keeps: one huge input must
+// maxPooled bounds the bytes a pooled parser keeps: one huge input must
 // not pin its memory for good.
-const maxPooled = 64 << 10
+const maxPooled = 1 << 20
 
 func newParser(data []byte) *parser {
 	p := parsers.Get().(*parser)
-	p.data, p.pos, p.depth = data, 0, 0
-	p.out, p.members, p.names, p.scratch = p.out[:0], p.members[:0], p.names[:0], p.scratch[:0]
+	p.data, p.pos, p.depth, p.reordered = data, 0, 0, false
+	p.buf, p.out = p.buf[:0], p.out[:0]
+	p.members, p.sorted, p.objects = p.members[:0], p.sorted[:0], p.objects[:0]
 	return p
 }
 
 func (p *parser) free() {
-	if cap(p.out) > maxPooled || cap(p.scratch) > maxPooled || cap(p.names) > maxPooled || cap(p.members) > maxPooled/32 {
+	const memberBytes, objectBytes = 16, 20
+	if cap(p.buf)+cap(p.out)+memberBytes*(cap(p.members)+cap(p.sorted))+objectBytes*cap(p.objects) > maxPooled {
 		return
 	}
 	p.data = nil
@@ -86,6 +90,12 @@ func (p *parser) free() {
 // canonical parses the whole input and returns the canonical form, in
 // p.out.
 func (p *parser) canonical() ([]byte, error) {
+	if len(p.data) > MaxSize {
+		return nil, faultf(ErrTooLarge, 0, "%d bytes, over the limit of %d", len(p.data), MaxSize).public()
+	}
+	// The canonical form is about as long as the input: one allocation
+	// where growing by appends would make several.
+	p.buf = slices.Grow(p.buf, len(p.data))
 	p.space()
 	if p.pos == len(p.data) {
 		return nil, faultf(ErrSyntax, p.pos, "no JSON value in the input").public()
@@ -97,6 +107,11 @@ func (p *parser) canonical() ([]byte, error) {
 	if p.pos != len(p.data) {
 		return nil, faultf(ErrSyntax, p.pos, "%s after the JSON value", quoteRune(p.data[p.pos:])).public()
 	}
+	if !p.reordered {
+		return p.buf, nil
+	}
+	p.out = slices.Grow(p.out, len(p.buf)) // the same bytes, reordered
+	p.emit(0, int32(len(p.buf)), 0, int32(len(p.objects)))
 	return p.out, nil
 }
 
@@ -123,8 +138,7 @@ func (p *parser) value() *fault {
 	case '[':
 		return p.array()
 	case '"':
-		_, f := p.str(false)
-		return f
+		return p.str()
 	case 't':
 		return p.literal("true")
 	case 'f':
@@ -143,7 +157,7 @@ func (p *parser) literal(word string) *fault {
 	if !bytes.HasPrefix(p.data[p.pos:], []byte(word)) {
 		return faultf(ErrSyntax, p.pos, "%s where a value should be", quoteDetail(p.data[p.pos:min(p.pos+len(word), len(p.data))]))
 	}
-	p.out = append(p.out, word...)
+	p.buf = append(p.buf, word...)
 	p.pos += len(word)
 	return nil
 }
@@ -171,12 +185,12 @@ func (p *parser) open(closer byte) (empty bool, f *fault) {
 	if p.depth == MaxDepth {
 		return false, faultf(ErrTooDeep, p.pos, "more than %d arrays and objects inside one another", MaxDepth)
 	}
-	p.out = append(p.out, p.data[p.pos])
+	p.buf = append(p.buf, p.data[p.pos])
 	p.pos++
 	p.space()
 	if p.pos < len(p.data) && p.data[p.pos] == closer {
 		p.pos++
-		p.out = append(p.out, closer)
+		p.buf = append(p.buf, closer)
 		return true, nil
 	}
 	p.depth++
@@ -192,150 +206,13 @@ func (p *parser) after(closer byte, what string) (done bool, f *fault) {
 		return false, faultf(ErrSyntax, p.pos, "the input ends inside an %s", what)
 	case p.data[p.pos] == ',':
 		p.pos++
-		p.out = append(p.out, ',')
+		p.buf = append(p.buf, ',')
 		p.space()
 		return false, nil
 	case p.data[p.pos] == closer:
 		p.pos++
-		p.out = append(p.out, closer)
+		p.buf = append(p.buf, closer)
 		return true, nil
 	}
 	return false, faultf(ErrSyntax, p.pos, "%s where an %s needs ',' or '%c'", quoteRune(p.data[p.pos:]), what, closer)
-}
-
-func (p *parser) object() *fault {
-	open := len(p.out)
-	if empty, f := p.open('}'); f != nil || empty {
-		return f
-	}
-	defer func() { p.depth-- }()
-	base, nbase := len(p.members), len(p.names)
-	defer func() { p.members, p.names = p.members[:base], p.names[:nbase] }()
-	for {
-		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
-			if p.pos >= len(p.data) {
-				return faultf(ErrSyntax, p.pos, "the input ends where a member name should be")
-			}
-			return faultf(ErrSyntax, p.pos, "%s where a member name should be", quoteRune(p.data[p.pos:]))
-		}
-		m := member{start: len(p.out), offset: p.pos}
-		name, f := p.str(true)
-		if f != nil {
-			return f
-		}
-		m.name = name
-		p.space()
-		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
-			f := faultf(ErrSyntax, p.pos, "%s where ':' should follow a member name", quoteRune(p.data[p.pos:]))
-			f.segs = append(f.segs, nameSeg(p.name(name)))
-			return f
-		}
-		p.pos++
-		p.out = append(p.out, ':')
-		p.space()
-		if f := p.value(); f != nil {
-			f.segs = append(f.segs, nameSeg(p.name(name)))
-			return f
-		}
-		m.end = len(p.out)
-		p.members = append(p.members, m)
-		done, f := p.after('}', "object")
-		if f != nil {
-			return f
-		}
-		if done {
-			return p.sortMembers(open, p.members[base:])
-		}
-	}
-}
-
-// sortMembers rewrites the object written at p.out[open:] with its
-// members ms in canonical order, refusing a name given twice.
-func (p *parser) sortMembers(open int, ms []member) *fault {
-	sorted := true
-	for i := 1; i < len(ms); i++ {
-		if c := compareNames(p.name(ms[i-1].name), p.name(ms[i].name)); c >= 0 {
-			sorted = false
-			break
-		}
-	}
-	if sorted {
-		return nil
-	}
-	slices.SortStableFunc(ms, func(a, b member) int { return compareNames(p.name(a.name), p.name(b.name)) })
-	for i := 1; i < len(ms); i++ {
-		if bytes.Equal(p.name(ms[i-1].name), p.name(ms[i].name)) {
-			first, again := ms[i-1], ms[i] // the sort is stable: first came first
-			f := faultf(ErrDuplicateName, again.offset, "the name %s again (first at offset %d)", quoteDetail(p.name(again.name)), first.offset)
-			f.segs = append(f.segs, nameSeg(p.name(again.name)))
-			return f
-		}
-	}
-	p.scratch = append(p.scratch[:0], p.out[open:]...)
-	p.out = append(p.out[:open], '{')
-	for i, m := range ms {
-		if i > 0 {
-			p.out = append(p.out, ',')
-		}
-		p.out = append(p.out, p.scratch[m.start-open:m.end-open]...)
-	}
-	p.out = append(p.out, '}')
-	return nil
-}
-
-// number reads the number at p.pos and writes it as ECMAScript would.
-func (p *parser) number() *fault {
-	start := p.pos
-	if p.data[p.pos] == '-' {
-		p.pos++
-	}
-	digits := func() int {
-		n := 0
-		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
-			p.pos++
-			n++
-		}
-		return n
-	}
-	intStart := p.pos
-	switch n := digits(); {
-	case n == 0:
-		return faultf(ErrSyntax, p.pos, "%s where a number needs a digit", quoteRune(p.data[p.pos:]))
-	case n > 1 && p.data[intStart] == '0':
-		return faultf(ErrSyntax, intStart, "a number with a leading zero")
-	}
-	integer := true
-	if p.pos < len(p.data) && p.data[p.pos] == '.' {
-		p.pos++
-		if digits() == 0 {
-			return faultf(ErrSyntax, p.pos, "%s where a fraction needs a digit", quoteRune(p.data[p.pos:]))
-		}
-		integer = false
-	}
-	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
-		p.pos++
-		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
-			p.pos++
-		}
-		if digits() == 0 {
-			return faultf(ErrSyntax, p.pos, "%s where an exponent needs a digit", quoteRune(p.data[p.pos:]))
-		}
-		integer = false
-	}
-	lit := p.data[start:p.pos]
-	// An integer of up to 15 digits is exact in a double and ECMAScript
-	// writes it as is, -0 aside.
-	if integer && p.pos-intStart <= 15 {
-		if p.pos-intStart == 1 && p.data[intStart] == '0' {
-			lit = p.data[intStart:p.pos]
-		}
-		p.out = append(p.out, lit...)
-		return nil
-	}
-	f, err := strconv.ParseFloat(string(lit), 64)
-	if err != nil { // the grammar is checked, so only a range error is left
-		return faultf(ErrNumberRange, start, "%s is beyond the range of a double (about ±1.8e308)", quoteDetail(lit))
-	}
-	p.out = appendNumber(p.out, f)
-	return nil
 }

@@ -3,6 +3,7 @@ package jcs_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/oncekv/oncekv/jcs"
@@ -75,6 +76,30 @@ func BenchmarkEncodingJSONRoundTrip(b *testing.B) {
 		_, err := json.Marshal(v)
 		return err
 	})
+}
+
+// BenchmarkCanonicalizeNested and BenchmarkCanonicalizeFlat canonicalise
+// the same 2000 objects of two members in reverse order, 24 KB, nested
+// inside one another in the first and side by side in an array in the
+// second: side by side in one run, their ratio shows the cost does not
+// grow with the depth.
+func BenchmarkCanonicalizeNested(b *testing.B) {
+	benchShape(b, strings.Repeat(`{"b":1,"a":`, 2000)+"0"+strings.Repeat("}", 2000))
+}
+
+func BenchmarkCanonicalizeFlat(b *testing.B) {
+	benchShape(b, "["+strings.Repeat(`{"b":1,"a":0},`, 1999)+`{"b":1,"a":0}]`)
+}
+
+func benchShape(b *testing.B, text string) {
+	data := []byte(text)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := jcs.Canonicalize(data); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // benchOrder runs op over orderBody, reporting its bytes per second.

@@ -3,6 +3,7 @@ package jcs
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -31,18 +32,27 @@ var (
 	ErrNumberRange = errors.New("oncekv: jcs: number out of range")
 	// ErrTooDeep: arrays and objects are nested more than MaxDepth deep.
 	ErrTooDeep = errors.New("oncekv: jcs: nested too deep")
+	// ErrTooLarge: the input is longer than MaxSize.
+	ErrTooLarge = errors.New("oncekv: jcs: input too large")
 )
 
-// MaxDepth is how deeply arrays and objects may nest, as in encoding/json:
-// deeper input is refused with ErrTooDeep instead of growing the stack.
-const MaxDepth = 10000
+// Limits of the input.
+const (
+	// MaxDepth is how deeply arrays and objects may nest, as in
+	// encoding/json: deeper input is refused with ErrTooDeep instead of
+	// growing the stack.
+	MaxDepth = 10000
+	// MaxSize is the longest input, in bytes (2 GiB less one): offsets
+	// are kept in 32 bits. Longer input is refused with ErrTooLarge.
+	MaxSize = math.MaxInt32
+)
 
 // Error says why an input has no canonical form, and where: Err is one of
 // the sentinels above, Offset the byte of the input where the fault was
 // found, Path the value holding it.
 type Error struct {
 	// Err is ErrSyntax, ErrInvalidUTF8, ErrLoneSurrogate,
-	// ErrDuplicateName, ErrNumberRange or ErrTooDeep.
+	// ErrDuplicateName, ErrNumberRange, ErrTooDeep or ErrTooLarge.
 	Err error
 	// Offset is the position in the input, in bytes from its start, of
 	// the character at fault (for a duplicate, its second name).

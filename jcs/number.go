@@ -77,3 +77,60 @@ func abs(x int) int {
 	}
 	return x
 }
+
+// number reads the number at p.pos and writes it as ECMAScript would.
+func (p *parser) number() *fault {
+	start := p.pos
+	if p.data[p.pos] == '-' {
+		p.pos++
+	}
+	digits := func() int {
+		n := 0
+		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
+			p.pos++
+			n++
+		}
+		return n
+	}
+	intStart := p.pos
+	switch n := digits(); {
+	case n == 0:
+		return faultf(ErrSyntax, p.pos, "%s where a number needs a digit", quoteRune(p.data[p.pos:]))
+	case n > 1 && p.data[intStart] == '0':
+		return faultf(ErrSyntax, intStart, "a number with a leading zero")
+	}
+	integer := true
+	if p.pos < len(p.data) && p.data[p.pos] == '.' {
+		p.pos++
+		if digits() == 0 {
+			return faultf(ErrSyntax, p.pos, "%s where a fraction needs a digit", quoteRune(p.data[p.pos:]))
+		}
+		integer = false
+	}
+	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
+		p.pos++
+		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
+			p.pos++
+		}
+		if digits() == 0 {
+			return faultf(ErrSyntax, p.pos, "%s where an exponent needs a digit", quoteRune(p.data[p.pos:]))
+		}
+		integer = false
+	}
+	lit := p.data[start:p.pos]
+	// An integer of up to 15 digits is exact in a double and ECMAScript
+	// writes it as is, -0 aside.
+	if integer && p.pos-intStart <= 15 {
+		if p.pos-intStart == 1 && p.data[intStart] == '0' {
+			lit = p.data[intStart:p.pos]
+		}
+		p.buf = append(p.buf, lit...)
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
+	if err != nil { // the grammar is checked, so only a range error is left
+		return faultf(ErrNumberRange, start, "%s is beyond the range of a double (about ±1.8e308)", quoteDetail(lit))
+	}
+	p.buf = appendNumber(p.buf, f)
+	return nil
+}

@@ -3,79 +3,43 @@ package jcs
 import "unicode/utf8"
 
 // str reads the string at p.pos (its opening quote) and appends its
-// canonical form (RFC 8785 section 3.2.2.2) to p.out: every character as
+// canonical form (RFC 8785 section 3.2.2.2) to p.buf: every character as
 // itself except '"', '\' and U+0000 to U+001F, which are escaped, the
-// latter as \b, \t, \n, \f, \r or \u00xx. With wantName it also returns
-// where the string decoded is: in the input when it has no escapes, else
-// appended to p.names.
-func (p *parser) str(wantName bool) (span, *fault) {
+// latter as \b, \t, \n, \f, \r or \u00xx. The form is one to one, so
+// names are compared and sorted in it (order.go).
+func (p *parser) str() *fault {
 	start := p.pos
 	p.pos++
-	p.out = append(p.out, '"')
+	p.buf = append(p.buf, '"')
 	run := p.pos // start of the characters not yet copied
-	name := span{start: start + 1}
-	flush := func() {
-		p.out = append(p.out, p.data[run:p.pos]...)
-		if name.decoded {
-			p.names = append(p.names, p.data[run:p.pos]...)
-		}
-	}
 	for p.pos < len(p.data) {
 		switch c := p.data[p.pos]; {
 		case c == '"':
-			flush()
+			p.buf = append(p.buf, p.data[run:p.pos]...)
 			p.pos++
-			p.out = append(p.out, '"')
-			name.end = p.pos - 1
-			if name.decoded {
-				name.end = len(p.names)
-			}
-			return name, nil
+			p.buf = append(p.buf, '"')
+			return nil
 		case c == '\\':
-			if wantName && !name.decoded {
-				// Nothing was copied yet: run is just past the quote.
-				name = span{start: len(p.names), decoded: true}
-			}
-			flush()
+			p.buf = append(p.buf, p.data[run:p.pos]...)
 			r, f := p.escape()
 			if f != nil {
-				return span{}, f
+				return f
 			}
-			p.out = appendStringRune(p.out, r)
-			if name.decoded {
-				p.names = utf8.AppendRune(p.names, r)
-			}
+			p.buf = appendStringRune(p.buf, r)
 			run = p.pos
 		case c < 0x20:
-			return span{}, faultf(ErrSyntax, p.pos, "the control character U+%04X unescaped in a string", c)
+			return faultf(ErrSyntax, p.pos, "the control character U+%04X unescaped in a string", c)
 		case c < utf8.RuneSelf:
 			p.pos++
 		default:
 			r, size := utf8.DecodeRune(p.data[p.pos:])
 			if r == utf8.RuneError && size == 1 {
-				return span{}, faultf(ErrInvalidUTF8, p.pos, "the byte 0x%02x in a string", p.data[p.pos])
+				return faultf(ErrInvalidUTF8, p.pos, "the byte 0x%02x in a string", p.data[p.pos])
 			}
 			p.pos += size
 		}
 	}
-	return span{}, faultf(ErrSyntax, start, "a string that never ends")
-}
-
-// span is where a member's decoded name is: p.data[start:end], or
-// p.names[start:end] when it had escapes (decoded). Offsets, not slices,
-// keep members free of pointers, which sorting them would otherwise pay
-// for in write barriers.
-type span struct {
-	start, end int
-	decoded    bool
-}
-
-// name returns the decoded name at s.
-func (p *parser) name(s span) []byte {
-	if s.decoded {
-		return p.names[s.start:s.end]
-	}
-	return p.data[s.start:s.end]
+	return faultf(ErrSyntax, start, "a string that never ends")
 }
 
 // escape reads the escape sequence at p.pos (its backslash) and returns
