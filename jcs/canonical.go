@@ -43,10 +43,11 @@ func canonicalize[T any](data []byte, use func(canonical []byte) T) (T, error) {
 
 // parser is one Canonicalize call. It reads data once, writing to buf
 // the canonical form with each object's members in input order, and
-// records every object (object.go); then, if some object's members were
-// not in order, emit writes the canonical form to out from buf, each
-// object's members in sorted order, copying each byte once however deeply
-// the objects nest. Every buffer grows with the input only.
+// records the objects whose members are out of order, or that hold such
+// an object (object.go); then, if there are any, emit writes the
+// canonical form to out from buf with their members sorted, copying each
+// byte once however deeply the objects nest. Every buffer grows with the
+// input only.
 type parser struct {
 	data  []byte
 	pos   int
@@ -57,7 +58,7 @@ type parser struct {
 	// when they close.
 	members   []member
 	sorted    []member // the members of closed objects, each one's together, in order
-	objects   []object // every object, in input order
+	objects   []object // the objects out of order or holding one, in input order
 	reordered bool     // some object's members are not in input order
 	out       []byte
 }
