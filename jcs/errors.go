@@ -73,6 +73,10 @@ func (e *Error) Error() string {
 // Unwrap returns Err, for errors.Is.
 func (e *Error) Unwrap() error { return e.Err }
 
+// Permanent reports true: the same input fails the same way every time,
+// so oncekv.Classify (and package retry) say give up, not redeliver.
+func (e *Error) Permanent() bool { return true }
+
 // fault is an *Error on its way up the parser: each array or object it
 // leaves adds its own path segment, so the path costs nothing unless an
 // error happens.

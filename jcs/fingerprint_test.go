@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/jcs"
+	"github.com/oncekv/oncekv/retry"
 )
 
 // TestFingerprintIsSHA256OfCanonical: a fingerprint is the SHA-256 of the
@@ -99,7 +100,8 @@ func TestRequestDeduplicatesSpellings(t *testing.T) {
 }
 
 // TestRequestRefusesWhatHasNoCanonicalForm: a body that is not I-JSON
-// gets Canonicalize's error and no Request.
+// gets Canonicalize's error and no Request, an error oncekv.Classify and
+// package retry take as permanent.
 func TestRequestRefusesWhatHasNoCanonicalForm(t *testing.T) {
 	for body, want := range map[string]error{
 		`{"a":1,"a":1}`: jcs.ErrDuplicateName,
@@ -110,5 +112,7 @@ func TestRequestRefusesWhatHasNoCanonicalForm(t *testing.T) {
 		req, err := jcs.Request("h", "k", []byte(body))
 		require.ErrorIs(t, err, want, body)
 		require.Equal(t, oncekv.Request{}, req, body)
+		require.Equal(t, oncekv.GiveUp, oncekv.Classify(err).Action, "a bad message is dead-lettered, not redelivered: %s", body)
+		require.True(t, retry.IsPermanent(err), body)
 	}
 }
