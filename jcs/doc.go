@@ -13,7 +13,8 @@
 // The canonical form is defined for I-JSON (RFC 7493) only: strings of
 // valid UTF-8 without lone surrogates, objects without duplicate names,
 // numbers within the range of a double. Other input gets an *Error naming
-// the rule it broke, the byte offset and the JSON path where it did.
+// the rule it broke, the byte offset and the JSON path where it did; it is
+// permanent, so oncekv.Classify says give up.
 //
 // What canonicalisation does not do: it keeps every value's type, so 1
 // and "1" differ, and so do 1 and true, null and a missing member, [] and
