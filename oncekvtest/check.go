@@ -28,7 +28,11 @@ import (
 func Check[M any](t testing.TB, s Spec[M]) {
 	t.Helper()
 	c := newChecker(t, s)
-	c.check(!c.spec.NoFaults, maxReduceRuns, c.inProcess)
+	mix := someFaults
+	if c.spec.NoFaults {
+		mix = noFaults
+	}
+	c.check(mix, maxReduceRuns, c.inProcess)
 }
 
 // maxReduceRuns bounds the cases Check's reducer runs on the smallest
@@ -36,7 +40,7 @@ func Check[M any](t testing.TB, s Spec[M]) {
 // processes.
 const (
 	maxReduceRuns      = 200
-	maxCrashReduceRuns = 30
+	maxCrashReduceRuns = 20
 )
 
 // tryFunc runs one case: a failure when the states differ, nil when they
@@ -45,15 +49,16 @@ type tryFunc[M any] func(t *rapid.T, tc testCase[M]) (*failure[M], error)
 
 // checker holds what every case of one Check or CheckCrash shares.
 type checker[M any] struct {
-	spec    Spec[M]
-	tb      *logTB
-	gate    gate
-	crash   bool           // CheckCrash: kills instead of simulated faults
-	refs    []reference[M] // the latest references, at most maxReferences
-	root    string         // a temporary directory of the test's, for the runs' stores
-	refBase time.Time
-	dupBase time.Time
-	tick    time.Duration
+	spec     Spec[M]
+	tb       *logTB
+	gate     gate
+	crash    bool           // CheckCrash: kills instead of simulated faults
+	refs     []reference[M] // the latest references, at most maxReferences
+	failures []testCase[M]  // the latest failing cases, at most maxFailures
+	root     string         // a temporary directory of the test's, for the runs' stores
+	refBase  time.Time
+	dupBase  time.Time
+	tick     time.Duration
 }
 
 // newChecker validates s and sets its defaults, failing t on a bad Spec.
@@ -78,22 +83,31 @@ const notShownSummary = "oncekvtest: the final states differ (the smallest count
 
 // check runs rapid's cases through try. The case rapid shows is reduced
 // further, diagnosed and printed in full.
-func (c *checker[M]) check(faults bool, reduceRuns int, try tryFunc[M]) {
+func (c *checker[M]) check(mix faultMix, reduceRuns int, try tryFunc[M]) {
 	rapid.Check(c.tb, func(rt *rapid.T) {
 		shown := c.shown(rt)
-		if !c.gate.open(shown) {
-			return
+		tc := drawCase(rt, &c.spec, mix)
+		var f *failure[M]
+		known := false
+		if c.gate.open(shown) {
+			var err error
+			if f, err = try(rt, tc); err != nil {
+				c.gate.failed = true
+				rt.Fatalf("oncekvtest: a run failed: %v", err)
+			}
+		} else {
+			// Past the budget rapid still runs each case it keeps twice:
+			// a case that failed must fail again, or rapid calls it flaky.
+			known = c.gate.failed && c.failedBefore(tc)
 		}
-		f, err := try(rt, drawCase(rt, &c.spec, faults))
-		if err != nil {
-			c.gate.failed = true
-			rt.Fatalf("oncekvtest: a run failed: %v", err)
-		}
-		if f == nil {
+		if f == nil && !known {
 			c.gate.passed++
 			return
 		}
 		c.gate.failed = true
+		if f != nil {
+			c.remember(tc)
+		}
 		if !shown {
 			rt.Fatalf("%s", notShownSummary)
 		}
@@ -101,6 +115,22 @@ func (c *checker[M]) check(faults bool, reduceRuns int, try tryFunc[M]) {
 		f.causes = c.explain(rt, f)
 		c.fail(rt, f)
 	})
+}
+
+// maxFailures is how many failing cases a checker remembers.
+const maxFailures = 32
+
+// remember notes tc as a failing case.
+func (c *checker[M]) remember(tc testCase[M]) {
+	if len(c.failures) == maxFailures {
+		c.failures = c.failures[1:]
+	}
+	c.failures = append(c.failures, tc.clone())
+}
+
+// failedBefore reports whether a case deeply equal to tc failed.
+func (c *checker[M]) failedBefore(tc testCase[M]) bool {
+	return slices.ContainsFunc(c.failures, func(f testCase[M]) bool { return reflect.DeepEqual(f, tc) })
 }
 
 // inProcess is Check's tryFunc.

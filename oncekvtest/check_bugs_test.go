@@ -22,11 +22,20 @@ import (
 // plantedShrinkRuns bounds rapid's shrinking of the planted bugs'
 // failures, for CI's time (under -race a case costs a few milliseconds);
 // the reducer takes the case the rest of the way.
-const plantedShrinkRuns = 100
+const plantedShrinkRuns = 50
 
 // planted is s with the shrinking bounded.
 func planted[M any](s oncekvtest.Spec[M]) oncekvtest.Spec[M] {
 	s.MaxShrinkRuns = plantedShrinkRuns
+	return s
+}
+
+// plantedCrash is s made small for CheckCrash, whose cases start child
+// processes: one message delivered at most twice (nothing to shrink, and
+// the reducer still runs), and 20 cases, which all miss a bug one delivery
+// in two catches once in a million runs or so.
+func plantedCrash[M any](s oncekvtest.Spec[M]) oncekvtest.Spec[M] {
+	s.MaxMessages, s.MaxCopies, s.Reorder, s.MaxShrinkRuns, s.CrashChecks = 1, 2, -1, 1, 20
 	return s
 }
 

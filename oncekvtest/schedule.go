@@ -59,11 +59,32 @@ type planned[M any] struct {
 	Copies  []copyPlan
 }
 
+// faultMix is how often the copies of a case get a fault.
+type faultMix uint8
+
+const (
+	noFaults   faultMix = iota
+	someFaults          // Check: about one copy in four
+	manyFaults          // CheckCrash, where faults are kills: about one in two
+)
+
+// faultOf maps a draw from 0 to 9 to a fault: zero (where shrinking
+// goes) and the low values are none.
+func (mix faultMix) faultOf(v int) fault {
+	switch {
+	case mix == someFaults && (v == 7 || v == 8), mix == manyFaults && v >= 5 && v <= 7:
+		return faultRollback
+	case mix == someFaults && v == 9, mix == manyFaults && v >= 8:
+		return faultAfterCommit
+	}
+	return faultNone
+}
+
 // plannedGen draws a message and its 1 to MaxCopies copies: each moved
 // 0 to Reorder places (the first not at all with InOrder), each with a
-// fault when faults is set (about one in four). Every draw shrinks towards
-// one copy, in place, without a fault.
-func plannedGen[M any](s *Spec[M], faults bool) *rapid.Generator[planned[M]] {
+// fault as often as mix says. Every draw shrinks towards one copy, in
+// place, without a fault.
+func plannedGen[M any](s *Spec[M], mix faultMix) *rapid.Generator[planned[M]] {
 	return rapid.Custom(func(t *rapid.T) planned[M] {
 		p := planned[M]{Message: s.Messages.Draw(t, "message")}
 		n := rapid.IntRange(1, s.MaxCopies).Draw(t, "copies")
@@ -72,13 +93,8 @@ func plannedGen[M any](s *Spec[M], faults bool) *rapid.Generator[planned[M]] {
 			if s.Reorder > 0 && (c > 0 || !s.InOrder) {
 				cp.Moved = rapid.IntRange(0, s.Reorder).Draw(t, "moved by")
 			}
-			if faults {
-				switch rapid.IntRange(0, 9).Draw(t, "fault") {
-				case 7, 8:
-					cp.Fault = faultRollback
-				case 9:
-					cp.Fault = faultAfterCommit
-				}
+			if mix != noFaults {
+				cp.Fault = mix.faultOf(rapid.IntRange(0, 9).Draw(t, "fault"))
 			}
 			p.Copies = append(p.Copies, cp)
 		}
@@ -91,8 +107,8 @@ func plannedGen[M any](s *Spec[M], faults bool) *rapid.Generator[planned[M]] {
 type testCase[M any] []planned[M]
 
 // drawCase draws a case of 1 to MaxMessages messages.
-func drawCase[M any](t *rapid.T, s *Spec[M], faults bool) testCase[M] {
-	return rapid.Map(rapid.SliceOfN(plannedGen(s, faults), 1, s.MaxMessages),
+func drawCase[M any](t *rapid.T, s *Spec[M], mix faultMix) testCase[M] {
+	return rapid.Map(rapid.SliceOfN(plannedGen(s, mix), 1, s.MaxMessages),
 		func(ps []planned[M]) testCase[M] { return ps }).Draw(t, "S")
 }
 
