@@ -63,10 +63,14 @@ func TestCompareStatusHeadersAndBodies(t *testing.T) {
 	t.Cleanup(up.Close)
 	named, srv := newProxy(t, up.URL, dupproxy.Options{CompareHeaders: []string{"location"}})
 	unnamed, srv2 := newProxy(t, up.URL, dupproxy.Options{})
-	for _, base := range []string{srv.URL, srv2.URL} {
-		resp, err := http.Post(base+"/orders", "text/plain", nil)
+	for _, base := range []struct {
+		url string
+		p   *dupproxy.Proxy
+	}{{srv.URL, named}, {srv2.URL, unnamed}} {
+		resp, err := http.Post(base.url+"/orders", "text/plain", nil)
 		require.NoError(t, err)
 		resp.Body.Close()
+		settle(t, base.p)
 	}
 	w := row(t, settle(t, named), "POST /orders", dupproxy.WithoutKey)
 	require.Equal(t, uint64(1), w.Differed)

@@ -84,8 +84,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	for _, row := range r.Routes {
 		for _, e := range row.Examples {
-			if _, err := fmt.Fprintf(w, "  %s, %s: %s %s: %d vs %d: %s\n", row.Route, row.Key, e.Method, e.Path,
-				e.Original, e.Copy, e.Difference); err != nil {
+			both := ""
+			if e.Original == e.Copy {
+				both = fmt.Sprintf(" (both %d)", e.Original)
+			}
+			if _, err := fmt.Fprintf(w, "  %s, %s: %s %s: %s%s\n", row.Route, row.Key, e.Method, e.Path,
+				e.Difference, both); err != nil {
 				return err
 			}
 		}

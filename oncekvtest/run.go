@@ -112,7 +112,7 @@ func openRun[M any](s *Spec[M], msgs []M, dir string, start time.Time, tick time
 	r.db = db
 	r.env = &Env{DB: db, Dir: files}
 	if r.effect, err = s.open(r.env); err != nil {
-		return nil, errors.Join(err, r.abandon())
+		return nil, errors.Join(err, r.abandon()) // what Open registered is closed too
 	}
 	return r, nil
 }
@@ -245,6 +245,11 @@ func (r *run[M]) finish() (State, error) {
 	return st, errors.Join(cerr, err, r.db.Close())
 }
 
-// abandon closes the store without the OnClose functions or a snapshot,
-// after an error.
-func (r *run[M]) abandon() error { return r.db.Close() }
+// abandon runs the OnClose functions and closes the store, without a
+// snapshot, after an error.
+func (r *run[M]) abandon() error {
+	if r.env == nil {
+		return r.db.Close()
+	}
+	return errors.Join(r.env.close(), r.db.Close())
+}
