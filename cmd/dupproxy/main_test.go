@@ -84,7 +84,7 @@ func TestTheCommandFlagsACounterAndReportsOnStop(t *testing.T) {
 	require.Equal(t, 0, <-done, stderr.String())
 	out := stdout.String()
 	require.Contains(t, out, "POST /counters/{id}  without key  3         3       3")
-	require.Contains(t, out, "body $.count: 1 vs 2")
+	require.Regexp(t, `POST /counters/1: body \$\.count: \d+ vs \d+ \(both 200\)`, out) // the copies race the next requests
 	require.Contains(t, out, "4 requests forwarded, 3 eligible, 3 copied")
 	require.Contains(t, stderr.String(), "dupproxy: forwarding http://127.0.0.1:")
 	b, err := os.ReadFile(jsonPath)

@@ -52,7 +52,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.verbose, "v", false, "log the copies that fail to reach the upstream")
 	fs.Float64Var(&c.o.Fraction, "fraction", dupproxy.DefaultFraction, "share of the eligible requests that get a copy, in (0, 1]")
 	var routes, methods, headers, masks list
-	fs.Var(&routes, "route", `a route whose requests may be copied, as an http.ServeMux pattern ("POST /orders/{id}"); repeatable; default: every request of -methods`)
+	fs.Var(&routes, "route", `a route whose requests may be copied, as an http.ServeMux pattern ("POST /orders/{id}"); repeatable; default: every request of a -method`)
 	fs.Var(&methods, "method", "a method copied when no -route is given; repeatable (default POST, PUT, PATCH, DELETE)")
 	mode := fs.String("mode", "after", "when the copy goes: after (the answer), concurrent (with the original), delayed (-delay after the answer)")
 	fs.DurationVar(&c.o.Delay, "delay", dupproxy.DefaultDelay, "how long after the answer a delayed copy goes")
@@ -142,8 +142,8 @@ func serve(ctx context.Context, c *config, stdout, stderr io.Writer, ready func(
 	for i, s := range servers {
 		go func() { errc <- s.Serve(listeners[i]) }()
 	}
-	fmt.Fprintf(stderr, "dupproxy: forwarding http://%s to %s, copying %g of the requests (%s, key %s)\n",
-		ln.Addr(), c.o.Upstream, c.o.Fraction, c.o.Mode, c.o.Keys)
+	fmt.Fprintf(stderr, "dupproxy: forwarding http://%s to %s, copying %g%% of the requests (mode %s, key %s)\n",
+		ln.Addr(), c.o.Upstream, 100*c.o.Fraction, c.o.Mode, c.o.Keys)
 	if adminAddr != "" {
 		fmt.Fprintf(stderr, "dupproxy: report on http://%s/report, /report.json and /metrics\n", adminAddr)
 	}
