@@ -198,3 +198,21 @@ func TestCheckCatchesLastWriterWinsUnderReordering(t *testing.T) {
 	requireCounterexample(t, out, "the state depends on the order of the messages", "~ balances/acct:",
 		"counterexample: 2 messages, 2 deliveries")
 }
+
+// A shrinking budget that runs out between two runs of a failing case
+// must not make rapid call the test flaky: past the budget, a case that
+// failed fails again without running.
+func TestAShrinkBudgetThatRunsOutIsNotFlaky(t *testing.T) {
+	for budget := 1; budget <= 3; budget++ {
+		s := depositSpec()
+		s.Request = func(d deposit) oncekv.Request {
+			r := requestOf(d)
+			r.Key = newUUID()
+			return r
+		}
+		s.MaxShrinkRuns = budget
+		out := expectFailure(t, func(tb testing.TB) { oncekvtest.Check(tb, s) })
+		require.Contains(t, out, "[rapid] failed after", "budget %d", budget)
+		require.NotContains(t, out, "flaky", "budget %d", budget)
+	}
+}

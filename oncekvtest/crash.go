@@ -54,9 +54,9 @@ type crashPlan struct {
 // it leaves must equal the reference's, applied in process. Messages
 // travel to the child as JSON: M must survive encoding/json. In the
 // child, CheckCrash plays its part and returns. Since each case starts
-// processes, Spec.CrashChecks caps the cases (10) and Spec.MaxShrinkRuns
-// the shrinking (DefaultCrashShrinkRuns). Only on Unix; elsewhere it
-// skips.
+// processes, Spec.CrashChecks (or CrashChecksEnv) caps the cases (10)
+// and Spec.MaxShrinkRuns the shrinking (DefaultCrashShrinkRuns). Only on
+// Unix; elsewhere it skips.
 func CheckCrash[M any](t testing.TB, s Spec[M]) {
 	t.Helper()
 	if path := os.Getenv(CrashPlanEnv); path != "" {
@@ -69,9 +69,17 @@ func CheckCrash[M any](t testing.TB, s Spec[M]) {
 	if s.MaxShrinkRuns == 0 {
 		s.MaxShrinkRuns = DefaultCrashShrinkRuns
 	}
+	explicit := s.CrashChecks != 0
 	c := newChecker(t, s)
 	c.crash = true
 	c.gate.maxPassing = c.spec.CrashChecks
+	if v := os.Getenv(CrashChecksEnv); v != "" && !explicit {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("oncekvtest: %s=%q: want a positive number of cases", CrashChecksEnv, v)
+		}
+		c.gate.maxPassing = n
+	}
 	test := t.Name()
 	c.check(manyFaults, maxCrashReduceRuns, func(rt *rapid.T, tc testCase[M]) (*failure[M], error) {
 		return c.crashTry(rt, test, tc)

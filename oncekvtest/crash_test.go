@@ -17,14 +17,9 @@ import (
 )
 
 // The correct handler survives real SIGKILLs inside its effects and
-// right after its commits: 4 cases (CI's budget), the default 10 with
-// ONCEKVTEST_SOAK=1.
+// right after its commits.
 func TestCheckCrashPassesAnEffectInItsTransaction(t *testing.T) {
-	s := depositSpec()
-	if os.Getenv("ONCEKVTEST_SOAK") != "1" {
-		s.CrashChecks = 4
-	}
-	oncekvtest.CheckCrash(t, s)
+	oncekvtest.CheckCrash(t, depositSpec())
 }
 
 // An audit line appended to a file inside the effect stays when the

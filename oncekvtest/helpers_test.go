@@ -20,16 +20,22 @@ import (
 	"github.com/oncekv/oncekv/oncekvtest"
 )
 
-// TestMain runs 30 rapid cases per check instead of 100, to keep the
-// package's tests within CI's budget; ONCEKVTEST_SOAK=1 (or an explicit
-// -rapid.checks) runs more.
+// TestMain runs 30 rapid cases per check instead of 100, and 3 cases per
+// CheckCrash whose Spec does not say, to keep the package's tests within
+// CI's budget; ONCEKVTEST_SOAK=1 (or an explicit -rapid.checks,
+// RAPID_CHECKS or ONCEKVTEST_CRASH_CHECKS) runs more.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rapid.checks" })
-	if !explicit && os.Getenv("ONCEKVTEST_SOAK") != "1" && os.Getenv("RAPID_CHECKS") == "" {
-		if err := flag.Set("rapid.checks", "30"); err != nil {
-			panic(err)
+	if os.Getenv("ONCEKVTEST_SOAK") != "1" {
+		explicit := false
+		flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "rapid.checks" })
+		if !explicit && os.Getenv("RAPID_CHECKS") == "" {
+			if err := flag.Set("rapid.checks", "30"); err != nil {
+				panic(err)
+			}
+		}
+		if os.Getenv(oncekvtest.CrashChecksEnv) == "" {
+			os.Setenv(oncekvtest.CrashChecksEnv, "3")
 		}
 	}
 	os.Exit(m.Run())

@@ -21,6 +21,10 @@ const (
 	DefaultCrashShrinkRuns = 40
 )
 
+// CrashChecksEnv names the environment variable that overrides
+// Spec.CrashChecks.
+const CrashChecksEnv = "ONCEKVTEST_CRASH_CHECKS"
+
 // Limits of Spec's fields: they bound what one case allocates (the
 // deliveries of a case are at most MaxMessages*MaxCopies).
 const (
@@ -95,7 +99,9 @@ type Spec[M any] struct {
 	// time).
 	ClockSkew time.Duration
 	// CrashChecks caps the cases CheckCrash runs, each a few child
-	// processes (rapid's -rapid.checks caps them too). Default 10.
+	// processes (rapid's -rapid.checks caps them too). Default 10, or the
+	// environment variable CrashChecksEnv when it is set (a positive
+	// number): fewer for a quick CI run, more for a soak.
 	CrashChecks int
 	// MaxShrinkRuns caps the cases rapid runs while it shrinks a
 	// failure; past it they pass at once, and the counterexample shown is
