@@ -7,7 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/oncekv/oncekv/internal/textclip"
 )
 
 // answer is what one request got, as far as the comparison goes.
@@ -139,13 +140,4 @@ func show(v any) string {
 // quote prints a header value or a body, shortened.
 func quote(s string) string { return clip(fmt.Sprintf("%q", s)) }
 
-func clip(s string) string {
-	if len(s) <= maxShown {
-		return s
-	}
-	cut := maxShown
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+func clip(s string) string { return textclip.Clip(s, maxShown) }

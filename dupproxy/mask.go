@@ -49,7 +49,7 @@ func parseMask(path string) (mask, error) {
 		case strings.HasPrefix(s, ".."):
 			name, rest := cutName(s[2:])
 			if name == "" {
-				return m, fmt.Errorf("%w: Mask %q: a field name must follow ..", ErrInvalidOptions, path)
+				return m, fmt.Errorf("%w: Mask %q: \"..\" needs a field name after it", ErrInvalidOptions, path)
 			}
 			st, s = step{kind: stepRecursive, name: name}, rest
 		case strings.HasPrefix(s, ".*"):
@@ -57,7 +57,7 @@ func parseMask(path string) (mask, error) {
 		case s[0] == '.':
 			name, rest := cutName(s[1:])
 			if name == "" {
-				return m, fmt.Errorf("%w: Mask %q: a field name must follow .", ErrInvalidOptions, path)
+				return m, fmt.Errorf("%w: Mask %q: \".\" needs a field name after it", ErrInvalidOptions, path)
 			}
 			st, s = step{kind: stepField, name: name}, rest
 		case strings.HasPrefix(s, "['"):

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -42,27 +44,16 @@ const (
 	Delayed
 )
 
+// modeNames are the modes' flag names.
+var modeNames = []string{AfterAnswer: "after", Concurrent: "concurrent", Delayed: "delayed"}
+
 // String returns the mode's flag name.
-func (m Mode) String() string {
-	switch m {
-	case AfterAnswer:
-		return "after"
-	case Concurrent:
-		return "concurrent"
-	case Delayed:
-		return "delayed"
-	}
-	return fmt.Sprintf("Mode(%d)", int(m))
-}
+func (m Mode) String() string { return nameOf(modeNames, int(m), "Mode") }
 
 // ParseMode parses a Mode's String.
 func ParseMode(s string) (Mode, error) {
-	for _, m := range []Mode{AfterAnswer, Concurrent, Delayed} {
-		if m.String() == s {
-			return m, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: mode %q: want after, concurrent or delayed", ErrInvalidOptions, s)
+	i, err := parseName(modeNames, s, "mode")
+	return Mode(i), err
 }
 
 // KeyMode is what a copy does with the original's idempotency key.
@@ -79,27 +70,33 @@ const (
 	BothKeys
 )
 
+// keyModeNames are the key modes' flag names.
+var keyModeNames = []string{KeepKey: "keep", StripKey: "strip", BothKeys: "both"}
+
 // String returns the key mode's flag name.
-func (k KeyMode) String() string {
-	switch k {
-	case KeepKey:
-		return "keep"
-	case StripKey:
-		return "strip"
-	case BothKeys:
-		return "both"
-	}
-	return fmt.Sprintf("KeyMode(%d)", int(k))
-}
+func (k KeyMode) String() string { return nameOf(keyModeNames, int(k), "KeyMode") }
 
 // ParseKeyMode parses a KeyMode's String.
 func ParseKeyMode(s string) (KeyMode, error) {
-	for _, k := range []KeyMode{KeepKey, StripKey, BothKeys} {
-		if k.String() == s {
-			return k, nil
-		}
+	i, err := parseName(keyModeNames, s, "key mode")
+	return KeyMode(i), err
+}
+
+// nameOf is names[i], or typ(i) for a value without a name.
+func nameOf(names []string, i int, typ string) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
 	}
-	return 0, fmt.Errorf("%w: key mode %q: want keep, strip or both", ErrInvalidOptions, s)
+	return fmt.Sprintf("%s(%d)", typ, i)
+}
+
+// parseName is the index of s in names, or an ErrInvalidOptions saying
+// what the names are.
+func parseName(names []string, s, what string) (int, error) {
+	if i := slices.Index(names, s); i >= 0 {
+		return i, nil
+	}
+	return 0, fmt.Errorf("%w: %s %q: want one of %s", ErrInvalidOptions, what, s, strings.Join(names, ", "))
 }
 
 // ErrInvalidOptions is returned by New for Options it cannot run with,

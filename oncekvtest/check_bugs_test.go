@@ -152,20 +152,27 @@ func auditTxSpec() oncekvtest.Spec[deposit] {
 	return s
 }
 
-// A handler that stores the store's clock (paid_at = now()) keeps a
-// state that depends on when the message came.
-func TestCheckCatchesTheStoreClockInTheState(t *testing.T) {
+// withLastDeposit is the deposit handler that also stores, per account,
+// when the last deposit came, read from now: the clock in the state.
+func withLastDeposit(now func(tx *oncekv.Tx) string) oncekvtest.Spec[deposit] {
 	s := depositSpec()
 	s.Effect = func(tx *oncekv.Tx, d deposit) ([]byte, error) {
 		b, err := tx.CreateBucketIfNotExists([]byte("last_deposit"))
 		if err != nil {
 			return nil, err
 		}
-		if err := b.Put([]byte(d.Account), []byte(tx.Now().Format(time.RFC3339))); err != nil { // the bug
+		if err := b.Put([]byte(d.Account), []byte(now(tx))); err != nil { // the bug
 			return nil, err
 		}
 		return addToBalance(tx, d)
 	}
+	return s
+}
+
+// A handler that stores the store's clock (paid_at = now()) keeps a
+// state that depends on when the message came.
+func TestCheckCatchesTheStoreClockInTheState(t *testing.T) {
+	s := withLastDeposit(func(tx *oncekv.Tx) string { return tx.Now().Format(time.RFC3339) })
 	out := expectFailure(t, func(tb testing.TB) { oncekvtest.Check(tb, planted(s)) })
 	requireCounterexample(t, out, "the state depends on the store's clock: S applied once with the clock 1h0m0s later",
 		"~ last_deposit/acct-", `"2030-01-01T00:00:01Z"`, `"2030-01-01T01:00:01Z"`, "counterexample: 1 message, 1 delivery")
@@ -173,17 +180,7 @@ func TestCheckCatchesTheStoreClockInTheState(t *testing.T) {
 
 // A handler that stores the wall clock is not even deterministic.
 func TestCheckCatchesTheWallClockInTheState(t *testing.T) {
-	s := depositSpec()
-	s.Effect = func(tx *oncekv.Tx, d deposit) ([]byte, error) {
-		b, err := tx.CreateBucketIfNotExists([]byte("last_deposit"))
-		if err != nil {
-			return nil, err
-		}
-		if err := b.Put([]byte(d.Account), []byte(time.Now().Format(time.RFC3339Nano))); err != nil { // the bug
-			return nil, err
-		}
-		return addToBalance(tx, d)
-	}
+	s := withLastDeposit(func(*oncekv.Tx) string { return time.Now().Format(time.RFC3339Nano) })
 	out := expectFailure(t, func(tb testing.TB) { oncekvtest.Check(tb, planted(s)) })
 	requireCounterexample(t, out, "the state is not a function of the messages", "~ last_deposit/acct-",
 		"counterexample: 1 message, 1 delivery")

@@ -201,7 +201,7 @@ func (s *Spec[M]) open(env *Env) (Effect[M], error) {
 	}
 	eff, err := s.Open(env)
 	if err == nil && eff == nil {
-		err = errors.New("Open returned a nil effect")
+		err = errors.New("a nil effect and no error")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("oncekvtest: Spec.Open: %w", err)

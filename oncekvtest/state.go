@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/textclip"
 )
 
 // State is what a Snapshot saw: printable names (a bucket and key, a
@@ -181,14 +182,5 @@ func formatDiff(ds []difference, wantName, gotName string) string {
 	return b.String()
 }
 
-// clip shortens s to maxShownValue bytes, on a rune boundary.
-func clip(s string) string {
-	if len(s) <= maxShownValue {
-		return s
-	}
-	cut := maxShownValue
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("...(%d bytes)", len(s))
-}
+// clip shortens s to maxShownValue bytes.
+func clip(s string) string { return textclip.Clip(s, maxShownValue) }
