@@ -23,11 +23,14 @@ type Proxy struct {
 	masks  []mask
 	stats  *stats
 
-	slots   chan struct{} // MaxInFlight tokens, one per copied request in flight
-	copies  sync.WaitGroup
-	ctx     context.Context // the copies', cancelled by Close
-	cancel  context.CancelFunc
-	closing sync.Once
+	slots  chan struct{} // MaxInFlight tokens, one per copied request in flight
+	copies sync.WaitGroup
+	ctx    context.Context // the copies', cancelled by Close
+	cancel context.CancelFunc
+	mu     struct {
+		sync.Mutex
+		closed bool // no copy starts: copies.Add never races Close's Wait
+	}
 }
 
 // New returns a Proxy to o.Upstream. Errors: ErrInvalidOptions naming
@@ -99,17 +102,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 		return
 	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	select {
 	case p.slots <- struct{}{}:
 	default:
 		p.stats.skipped(false)
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	if !p.startCopy() {
+		<-p.slots
 		p.rp.ServeHTTP(w, r)
 		return
 	}
 	p.stats.copiedRequest()
-	p.copies.Add(1)
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	orig := &capture{ResponseWriter: w, kept: kept{max: p.o.MaxBody}}
 	start := make(chan struct{})    // the copies may go
 	answered := make(chan struct{}) // the original's answer is complete (or failed: orig.done false)
@@ -197,6 +203,17 @@ func (p *Proxy) sendCopies(route string, tmpl *template, orig *capture, start, a
 	}
 }
 
+// startCopy counts a copy in p.copies, unless Close has begun.
+func (p *Proxy) startCopy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return false
+	}
+	p.copies.Add(1)
+	return true
+}
+
 // kinds lists the copies to send: false keeps the key, true strips it.
 func (p *Proxy) kinds(tmpl *template) []bool {
 	hasKey := tmpl.header.Get(p.o.KeyHeader) != ""
@@ -240,10 +257,14 @@ func (p *Proxy) Wait(ctx context.Context) error {
 }
 
 // Close cancels the copies in flight (and those waiting for their Delay)
-// and waits for them to end. Requests still being forwarded are not
-// affected; copies of requests after Close are cancelled at once.
+// and waits for them to end. Requests being forwarded are not affected,
+// and requests after Close are forwarded without a copy. It may be called
+// more than once.
 func (p *Proxy) Close() error {
-	p.closing.Do(p.cancel)
+	p.mu.Lock()
+	p.mu.closed = true
+	p.mu.Unlock()
+	p.cancel()
 	p.copies.Wait()
 	return nil
 }

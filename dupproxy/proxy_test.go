@@ -396,3 +396,14 @@ func get(t *testing.T, url string) string {
 	require.NoError(t, err)
 	return string(bytes.TrimSpace(b))
 }
+
+// After Close, requests are still forwarded, without a copy.
+func TestAfterCloseRequestsAreForwardedWithoutACopy(t *testing.T) {
+	bank, up := newBank(t, false)
+	p, srv := newProxy(t, up.URL, dupproxy.Options{})
+	require.NoError(t, p.Close())
+	got := post(t, srv.URL, "42", "k", "t", 10)
+	require.Equal(t, http.StatusCreated, got.status)
+	require.Len(t, bank.seen("t"), 1)
+	require.Zero(t, settle(t, p).Copied)
+}
