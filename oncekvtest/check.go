@@ -88,8 +88,9 @@ func (c *checker[M]) check(mix faultMix, reduceRuns int, try tryFunc[M]) {
 		shown := c.shown(rt)
 		tc := drawCase(rt, &c.spec, mix)
 		var f *failure[M]
-		known := false
+		known, ran := false, false
 		if c.gate.open(shown) {
+			ran = true
 			var err error
 			if f, err = try(rt, tc); err != nil {
 				c.gate.failed = true
@@ -101,7 +102,9 @@ func (c *checker[M]) check(mix faultMix, reduceRuns int, try tryFunc[M]) {
 			known = c.gate.failed && c.failedBefore(tc)
 		}
 		if f == nil && !known {
-			c.gate.passed++
+			if ran {
+				c.gate.passed++
+			}
 			return
 		}
 		c.gate.failed = true
