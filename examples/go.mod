@@ -9,6 +9,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/oncekv/oncekv v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
+	pgregory.net/rapid v1.3.0
 )
 
 require (
