@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"flag"
 	"io"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
 )
 
 func init() {
@@ -23,45 +23,26 @@ func init() {
 	})
 }
 
-// The line types of a dump.
-const (
-	lineMark   = "mark"   // a markJSON
-	lineBucket = "bucket" // a user bucket, so that an empty one is kept too
-	lineKV     = "kv"     // a key and value of a user bucket
-)
-
-// kvJSON is a dump line of a user bucket (lineBucket) or of one of its keys
-// (lineKV).
-type kvJSON struct {
-	Type   string `json:"type"`
-	Bucket text   `json:"bucket"`
-	Key    *text  `json:"key,omitempty"`
-	Value  *text  `json:"value,omitempty"`
-}
-
 func runDump(sf *storeFlags, out io.Writer, path string) (err error) {
 	db, err := sf.open(path, true)
 	if err != nil {
 		return err
 	}
 	defer closeInto(db, &err)
-	w := bufio.NewWriter(out)
+	w := dumpfile.NewWriter(out)
 	err = db.Marks(oncekv.MarkFilter{}, func(m oncekv.MarkInfo) error {
-		j := toMarkJSON(m)
-		j.Type = lineMark
-		return writeJSON(w, j)
+		return w.Write(&dumpfile.Line{Type: dumpfile.TypeMark, Mark: m})
 	})
 	if err != nil {
 		return err
 	}
 	err = db.View(func(tx *oncekv.Tx) error {
 		return tx.ForEachBucket(func(name []byte) error {
-			if err := writeJSON(w, kvJSON{Type: lineBucket, Bucket: name}); err != nil {
+			if err := w.Write(&dumpfile.Line{Type: dumpfile.TypeBucket, Bucket: name}); err != nil {
 				return err
 			}
 			return tx.Bucket(name).ForEach(func(k, v []byte) error {
-				key, value := text(k), text(v)
-				return writeJSON(w, kvJSON{Type: lineKV, Bucket: name, Key: &key, Value: &value})
+				return w.Write(&dumpfile.Line{Type: dumpfile.TypeKV, Bucket: name, Key: k, Value: v})
 			})
 		})
 	})

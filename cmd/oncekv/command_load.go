@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"os"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
 )
 
 func init() {
@@ -32,18 +32,11 @@ func init() {
 // few commits, and bounded memory whatever the size of the dump.
 const loadBatch = 1000
 
-// dumpLine is any line of a dump.
-type dumpLine struct {
-	markJSON
-	Bucket text  `json:"bucket"`
-	Value  *text `json:"value"`
-}
-
 // loader writes a dump into a store in batches.
 type loader struct {
 	db                   *oncekv.DB
 	marks                []oncekv.MarkInfo
-	kvs                  []dumpLine
+	kvs                  []*dumpfile.Line
 	read, loaded, claims int
 	buckets, keys        int
 }
@@ -78,16 +71,16 @@ func runLoad(sf *storeFlags, out io.Writer, path, file string) (err error) {
 		return err
 	}
 	l := &loader{db: db}
-	dec := json.NewDecoder(in)
-	for line := 1; ; line++ {
-		var d dumpLine
-		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
+	r := dumpfile.NewReader(in)
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return fmt.Errorf("oncekv: load: %s: object %d: %w", file, line, err)
+			return fmt.Errorf("oncekv: load: %s: %w", file, err)
 		}
-		if err := l.add(&d); err != nil {
-			return fmt.Errorf("oncekv: load: %s: object %d: %w", file, line, err)
+		if err := l.add(d); err != nil {
+			return fmt.Errorf("oncekv: load: %s: %w", file, err)
 		}
 	}
 	if err := errors.Join(l.flushMarks(), l.flushKVs()); err != nil {
@@ -114,29 +107,20 @@ func requireEmpty(db *oncekv.DB) error {
 	})
 }
 
-func (l *loader) add(d *dumpLine) error {
+func (l *loader) add(d *dumpfile.Line) error {
 	switch d.Type {
-	case lineMark:
-		if d.State == oncekv.MarkInProgress.String() {
+	case dumpfile.TypeMark:
+		if d.Mark.State == oncekv.MarkInProgress {
 			l.claims++
 			return nil
 		}
-		m, err := d.markInfo()
-		if err != nil {
-			return err
-		}
-		if l.marks = append(l.marks, m); len(l.marks) == loadBatch {
+		if l.marks = append(l.marks, d.Mark); len(l.marks) == loadBatch {
 			return l.flushMarks()
 		}
-	case lineBucket, lineKV:
-		if d.Type == lineKV && (d.Value == nil || d.Key == nil) {
-			return errors.New("a kv line needs a key and a value")
-		}
-		if l.kvs = append(l.kvs, *d); len(l.kvs) == loadBatch {
+	case dumpfile.TypeBucket, dumpfile.TypeKV:
+		if l.kvs = append(l.kvs, d); len(l.kvs) == loadBatch {
 			return l.flushKVs()
 		}
-	default:
-		return fmt.Errorf("unknown line type %q", d.Type)
 	}
 	return nil
 }
@@ -156,8 +140,8 @@ func (l *loader) flushKVs() error {
 			if err != nil {
 				return err
 			}
-			if d.Type == lineKV {
-				if err := b.Put(d.Key, *d.Value); err != nil {
+			if d.Type == dumpfile.TypeKV {
+				if err := b.Put(d.Key, d.Value); err != nil {
 					return err
 				}
 			}
@@ -169,7 +153,7 @@ func (l *loader) flushKVs() error {
 		return err
 	}
 	for _, d := range l.kvs {
-		if d.Type == lineKV {
+		if d.Type == dumpfile.TypeKV {
 			l.keys++
 		} else {
 			l.buckets++

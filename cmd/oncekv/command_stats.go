@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
 )
 
 func init() {
@@ -59,8 +60,8 @@ type windowJSON struct {
 }
 
 type bucketJSON struct {
-	Name text `json:"name"`
-	Keys int  `json:"keys"`
+	Name dumpfile.Text `json:"name"`
+	Keys int           `json:"keys"`
 }
 
 func runStats(sf *storeFlags, out io.Writer, path string) (err error) {
@@ -117,7 +118,7 @@ func userBuckets(db *oncekv.DB) (list []bucketJSON, err error) {
 			if err := tx.Bucket(name).ForEach(func(_, _ []byte) error { n++; return nil }); err != nil {
 				return err
 			}
-			list = append(list, bucketJSON{Name: append(text{}, name...), Keys: n})
+			list = append(list, bucketJSON{Name: append(dumpfile.Text{}, name...), Keys: n})
 			return nil
 		})
 	})
