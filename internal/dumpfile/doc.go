@@ -7,7 +7,18 @@
 //
 //	{"type":"mark", "handler":…, "key":…, "state":…, …}   a dedup mark (see Mark)
 //	{"type":"bucket", "bucket":…}                         a user bucket, so an empty one is kept too
+//	{"type":"bucket", "bucket":…, "sequence":N}            … and its NextSequence counter, when not 0
 //	{"type":"kv", "bucket":…, "key":…, "value":…}          a key of a user bucket
+//	{"type":"kv", …, "fence":N, "version":N}               … with the fence and version it carries
+//	{"type":"fence", "bucket":…, "key":…, "fence":N, …}    the fence and version of a deleted key
+//	{"type":"counter", "resource":…, "last":N}             a token counter: the last token issued
+//	{"type":"counter", "last":N}                           the claim tokens' counter
+//
+// The counters, fences, versions and sequences are what a copy of a store
+// needs to keep its promises: a token, a NextSequence number, never issued
+// twice; a stale writer fenced off; a compare-and-set that read a key
+// before the move refused if the key changed. A store loading a dump
+// raises its own to them and never lowers one.
 //
 // Bytes (handlers, keys, bucket names, values, responses) are a JSON
 // string when they are UTF-8 and {"base64": "…"} when they are not (see

@@ -11,7 +11,14 @@ import (
 const (
 	TypeMark   = "mark"   // a dedup mark: Line.Mark
 	TypeBucket = "bucket" // a user bucket: Line.Bucket
-	TypeKV     = "kv"     // a key of a user bucket: Line.Bucket, Key, Value
+	TypeKV     = "kv"     // a key of a user bucket: Line.Bucket, Key, Value, Fence, Version
+	// TypeFence is the fence and version of a key without a value (a
+	// deleted key, a key of a deleted bucket): Line.Bucket, Key, Fence,
+	// Version.
+	TypeFence = "fence"
+	// TypeCounter is a token counter: Line.Resource (empty for the claim
+	// tokens) and Last.
+	TypeCounter = "counter"
 )
 
 // Line is one record of a dump. Which fields mean something depends on
@@ -22,8 +29,17 @@ type Line struct {
 	Mark oncekv.MarkInfo
 	// Bucket is the user bucket of a TypeBucket or TypeKV line.
 	Bucket []byte
-	// Key and Value are the key and value of a TypeKV line.
+	// Key and Value are the key and value of a TypeKV line, Key the key
+	// of a TypeFence line.
 	Key, Value []byte
+	// Fence and Version are the key's, of a TypeKV or TypeFence line;
+	// zero when it has none.
+	Fence, Version uint64
+	// Sequence is the bucket's NextSequence counter, of a TypeBucket line.
+	Sequence uint64
+	// Resource and Last are the counter's, of a TypeCounter line.
+	Resource string
+	Last     uint64
 	// Decoded is a reading of the line's bytes for a person (a queue's
 	// message, an HTTP record), written as the line's "decoded" member
 	// when not nil. Reader leaves it nil.

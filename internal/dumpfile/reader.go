@@ -21,8 +21,13 @@ func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReader(r)} }
 // wire is any line as read: the union of every type's members.
 type wire struct {
 	Mark
-	Bucket *Text `json:"bucket"`
-	Value  *Text `json:"value"`
+	Bucket   *Text  `json:"bucket"`
+	Value    *Text  `json:"value"`
+	Fence    uint64 `json:"fence"`
+	Version  uint64 `json:"version"`
+	Sequence uint64 `json:"sequence"`
+	Resource *Text  `json:"resource"`
+	Last     uint64 `json:"last"`
 	// "decoded" is for a person: unknown members are ignored.
 }
 
@@ -69,18 +74,34 @@ func parse(raw []byte) (*Line, error) {
 			return nil, err
 		}
 		l.Mark = m
-	case TypeBucket, TypeKV:
+	case TypeBucket, TypeKV, TypeFence:
 		if w.Bucket == nil || len(*w.Bucket) == 0 {
 			return nil, fmt.Errorf("%w: a %s line needs a bucket", ErrInvalidLine, w.Type)
 		}
-		l.Bucket = *w.Bucket
+		l.Bucket, l.Sequence = *w.Bucket, w.Sequence
 		if w.Type == TypeBucket {
 			break
 		}
-		if len(w.Key) == 0 || w.Value == nil {
+		switch {
+		case len(w.Key) == 0:
+			return nil, fmt.Errorf("%w: a %s line needs a key", ErrInvalidLine, w.Type)
+		case w.Type == TypeKV && w.Value == nil:
 			return nil, fmt.Errorf("%w: a kv line needs a key and a value", ErrInvalidLine)
+		case w.Type == TypeFence && w.Fence == 0 && w.Version == 0:
+			return nil, fmt.Errorf("%w: a fence line needs a fence or a version", ErrInvalidLine)
 		}
-		l.Key, l.Value = w.Key, *w.Value
+		l.Key, l.Fence, l.Version = w.Key, w.Fence, w.Version
+		if w.Value != nil {
+			l.Value = *w.Value
+		}
+	case TypeCounter:
+		if w.Resource != nil {
+			if len(*w.Resource) == 0 {
+				return nil, fmt.Errorf("%w: a counter's resource is empty (leave it out for the claim tokens)", ErrInvalidLine)
+			}
+			l.Resource = string(*w.Resource)
+		}
+		l.Last = w.Last
 	default:
 		return nil, fmt.Errorf("%w %q", ErrUnknownType, w.Type)
 	}

@@ -41,5 +41,7 @@ func FuzzReader(f *testing.F) {
 		require.Equal(t, l.Key, again.Key)
 		require.Equal(t, l.Value, again.Value)
 		require.Equal(t, l.Mark.Key, again.Mark.Key)
+		require.Equal(t, []uint64{l.Fence, l.Version, l.Sequence, l.Last}, []uint64{again.Fence, again.Version, again.Sequence, again.Last})
+		require.Equal(t, l.Resource, again.Resource)
 	})
 }

@@ -24,6 +24,11 @@ func lines() []*dumpfile.Line {
 		{Type: dumpfile.TypeBucket, Bucket: []byte("b")},
 		{Type: dumpfile.TypeKV, Bucket: []byte("b"), Key: []byte{0xff, 0}, Value: []byte("v")},
 		{Type: dumpfile.TypeKV, Bucket: []byte("b"), Key: []byte("empty"), Value: []byte{}},
+		{Type: dumpfile.TypeBucket, Bucket: []byte("seq"), Sequence: 41},
+		{Type: dumpfile.TypeKV, Bucket: []byte("seq"), Key: []byte("f"), Value: []byte("v"), Fence: 9, Version: 3},
+		{Type: dumpfile.TypeFence, Bucket: []byte("seq"), Key: []byte("gone"), Fence: 7, Version: 2},
+		{Type: dumpfile.TypeCounter, Resource: "oncekv.queue.jobs", Last: 12},
+		{Type: dumpfile.TypeCounter, Last: 5},
 	}
 }
 
@@ -43,6 +48,11 @@ func TestWriteThenReadGivesEveryLineBack(t *testing.T) {
 		require.Equal(t, want.Bucket, got.Bucket)
 		require.Equal(t, want.Key, got.Key)
 		require.Equal(t, want.Value, got.Value)
+		require.Equal(t, want.Fence, got.Fence)
+		require.Equal(t, want.Version, got.Version)
+		require.Equal(t, want.Sequence, got.Sequence)
+		require.Equal(t, want.Resource, got.Resource)
+		require.Equal(t, want.Last, got.Last)
 		if want.Type == dumpfile.TypeMark {
 			require.Equal(t, want.Mark.Key, got.Mark.Key)
 			require.Equal(t, want.Mark.Response, got.Mark.Response)
@@ -65,6 +75,8 @@ func TestBadLinesAreTypedErrorsNamingTheLine(t *testing.T) {
 		{`{"type":"bucket","bucket":"b"} {"x":1}`, dumpfile.ErrSyntax, "more after the object"},
 		{`{"type":"nonsense"}`, dumpfile.ErrUnknownType, `unknown line type "nonsense"`},
 		{`{"type":"kv","bucket":"b","key":"k"}`, dumpfile.ErrInvalidLine, "needs a key and a value"},
+		{`{"type":"fence","bucket":"b","key":"k"}`, dumpfile.ErrInvalidLine, "needs a fence or a version"},
+		{`{"type":"counter","resource":"","last":1}`, dumpfile.ErrInvalidLine, "resource is empty"},
 		{`{"type":"kv","key":"k","value":"v"}`, dumpfile.ErrInvalidLine, "needs a bucket"},
 		{`{"type":"mark","handler":"h","key":"k","state":"MAYBE"}`, dumpfile.ErrInvalidLine, `unknown state "MAYBE"`},
 		{`{"type":"mark","handler":"h","key":"k","state":"DONE","fingerprint":"00ff"}`, dumpfile.ErrInvalidLine, `fingerprint "00ff" is not 16 or 32 hex bytes`},

@@ -21,11 +21,21 @@ func NewWriter(w io.Writer) *Writer {
 
 // kvWire is a TypeBucket or TypeKV line as written.
 type kvWire struct {
-	Type    string `json:"type"`
-	Bucket  Text   `json:"bucket"`
-	Key     *Text  `json:"key,omitempty"`
-	Value   *Text  `json:"value,omitempty"`
-	Decoded any    `json:"decoded,omitempty"`
+	Type     string `json:"type"`
+	Bucket   Text   `json:"bucket"`
+	Key      *Text  `json:"key,omitempty"`
+	Value    *Text  `json:"value,omitempty"`
+	Fence    uint64 `json:"fence,omitempty"`
+	Version  uint64 `json:"version,omitempty"`
+	Sequence uint64 `json:"sequence,omitempty"`
+	Decoded  any    `json:"decoded,omitempty"`
+}
+
+// counterWire is a TypeCounter line as written.
+type counterWire struct {
+	Type     string `json:"type"`
+	Resource *Text  `json:"resource,omitempty"`
+	Last     uint64 `json:"last"`
 }
 
 // markWire is a TypeMark line as written.
@@ -44,9 +54,16 @@ func (w *Writer) Write(l *Line) error {
 		m.Type = TypeMark
 		v = markWire{Mark: m, Decoded: l.Decoded}
 	case TypeBucket:
-		v = kvWire{Type: l.Type, Bucket: l.Bucket, Decoded: l.Decoded}
-	case TypeKV:
-		v = kvWire{Type: l.Type, Bucket: l.Bucket, Key: textPtr(l.Key), Value: textPtr(l.Value), Decoded: l.Decoded}
+		v = kvWire{Type: l.Type, Bucket: l.Bucket, Sequence: l.Sequence, Decoded: l.Decoded}
+	case TypeKV, TypeFence:
+		v = kvWire{Type: l.Type, Bucket: l.Bucket, Key: textPtr(l.Key), Value: textPtr(l.Value),
+			Fence: l.Fence, Version: l.Version, Decoded: l.Decoded}
+	case TypeCounter:
+		c := counterWire{Type: l.Type, Last: l.Last}
+		if l.Resource != "" {
+			c.Resource = textPtr([]byte(l.Resource))
+		}
+		v = c
 	default:
 		return fmt.Errorf("%w %q", ErrUnknownType, l.Type)
 	}
