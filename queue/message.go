@@ -16,7 +16,8 @@ type Message struct {
 	// oncekv.ErrKeyReuse.
 	Body []byte
 	// OrderingKey, if set, delivers the messages that share it one at a
-	// time, in enqueue order (SQS FIFO's message group).
+	// time, in enqueue order (SQS FIFO's message group). It counts toward
+	// Options.MaxBytes with the key and body, and is at most 32758 bytes.
 	OrderingKey string
 	// Delay keeps a new message invisible that long after it is enqueued.
 	Delay time.Duration

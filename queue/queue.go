@@ -52,8 +52,8 @@ type Options struct {
 	// included. Default 0: no bound.
 	MaxMessages int
 
-	// MaxBytes bounds the sum of the keys and bodies the queue holds, dead
-	// letters included. Default 0: no bound.
+	// MaxBytes bounds the sum of the keys, ordering keys and bodies the
+	// queue holds, dead letters included. Default 0: no bound.
 	MaxBytes int64
 
 	// MaxBodySize bounds one body. Default 1 MiB.

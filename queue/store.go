@@ -10,6 +10,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/bucket"
 )
 
 // The layout of a queue's buckets:
@@ -61,9 +62,39 @@ type record struct {
 	LeaseUntil int64  `msgpack:"l"` // 0: not leased
 	LastError  string `msgpack:"x,omitempty"`
 	DeadAt     int64  `msgpack:"d,omitempty"`
+	// Held is what the message counts toward MaxBytes, fixed when it is
+	// enqueued: its key, ordering key and body. 0 in a record written
+	// before it was kept, which counted key and body only.
+	Held int64 `msgpack:"z,omitempty"`
 }
 
-func (r *record) size() int64 { return int64(len(r.Key) + len(r.Body)) }
+// size is what r counts toward MaxBytes and Stats.Bytes: the same when
+// it is added and when it is taken away, whatever build wrote it.
+func (r *record) size() int64 {
+	if r.Held != 0 {
+		return r.Held
+	}
+	return int64(len(r.Key) + len(r.Body))
+}
+
+// heldSize is what a new message counts toward MaxBytes.
+func heldSize(key, order string, body []byte) int64 {
+	return int64(len(key) + len(order) + len(body))
+}
+
+// Limits of what a message may hold, so that every write of Enqueue is
+// known to fit before the first one is made.
+const (
+	// maxMarkKey bounds a key and the handler of its enqueue mark
+	// together: with a length prefix, they are one key of the store.
+	maxMarkKey = bucket.MaxKeySize - 2
+	// maxOrderingKey is the longest ordering key: its length prefix and
+	// the message ID go beside it in one key of the order bucket.
+	maxOrderingKey = bucket.MaxKeySize - 2 - 8
+	// maxHeld bounds key, ordering key and body together, with room for
+	// the record's own fields in one value of the store.
+	maxHeld = bucket.MaxValueSize - 1024
+)
 
 func (r *record) message(id uint64) *Message {
 	m := &Message{ID: id, Key: r.Key, Body: append([]byte(nil), r.Body...), OrderingKey: r.Order,
