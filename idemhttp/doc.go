@@ -34,7 +34,10 @@
 //     body byte for byte and the headers of the replay allowlist
 //     (Content-Type, Content-Encoding, Location, ETag and
 //     Options.ReplayHeaders; Set-Cookie only if listed there), plus
-//     "Idempotent-Replayed: true". The handler does not run.
+//     "Idempotent-Replayed: true". The handler does not run. A header is
+//     stored as net/http sent it to the first client (a newline in a
+//     value built from user input became a space; a value with a NUL
+//     byte is left out), so every replay sends the first answer again.
 //
 // Every error answer above is an RFC 9457 problem (application/problem+json)
 // whose "type" is one of the Problem... constants.
