@@ -22,7 +22,15 @@
 //     return an error matching oncekv.ErrFenced and change nothing.
 //   - Order is by visible time, then enqueue order. Messages sharing an
 //     OrderingKey are delivered one at a time, in enqueue order; the next
-//     becomes visible only when the one before is acked or dead-lettered.
+//     becomes visible only when the one before is acked, or, when it is
+//     dead-lettered, once it is redriven (back at the head, with its ID)
+//     and acked, or deleted (Options.DeadHead: HoldOrderingKey by
+//     default; PassOrderingKey lets the next through at once).
+//   - A lease left by a process that is gone is released when the queue
+//     is first opened in the next one (Options.KeepOrphanedLeases): the
+//     message is visible at once, and its interrupted delivery counts
+//     toward MaxAttempts, so one that crashes its consumer every time is
+//     dead-lettered, never looping.
 //   - Time is the store's clock (oncekv.Options.Now): one injected clock
 //     drives marks, leases, backoffs and delays. Receive's cost does not
 //     grow with the queue's length: the oldest visible message is the first
@@ -34,11 +42,22 @@
 // "oncekv.queue." and the queue's name; do not write to them yourself.
 // Enqueue marks use the handler "oncekv.queue." + name.
 //
+// # Seeing and steering
+//
+// Stats reads counts kept in the same transactions as the writes; Changed
+// and WaitDrained (WaitOrderingKeyDrained for one key) wake at each change
+// without polling: the "3 changes waiting to sync" badge and the "all
+// synced" tick. Messages, DeadLetters and View.OrderingKeys list what is in
+// line; Redrive and DeleteDead steer it. NewView and Names read a queue
+// without opening it (a read-only store, or one open here with other
+// options), and View.Check compares every count with a scan. The oncekv
+// command does all of it from outside: queues, messages, dead, redrive,
+// dead-delete.
+//
 // # Caveats
 //
 // A key enqueued again after the dedup window is a new message. Receive
 // wakes at once for enqueues, nacks and redrives committed by this process
 // through this package; a message enqueued by hand in the buckets is seen
-// at the next wake. Stats reads the whole index: its cost grows with the
-// queue's length.
+// at the next wake.
 package queue

@@ -79,7 +79,7 @@ func (q *Queue) enqueueTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 
 // check refuses a message that cannot be enqueued, before any write.
 func (q *Queue) check(m *Message) error {
-	if err := q.checkOpen(); err != nil {
+	if err := q.checkWritable(); err != nil {
 		return err
 	}
 	size := heldSize(m.Key, m.OrderingKey, m.Body)
@@ -129,9 +129,10 @@ func (q *Queue) insertTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 // of its ordering key.
 func (t *tx) insert(id uint64, r *record) error {
 	if r.Order != "" {
-		prefix := orderKey(r.Order, 0)[:2+len(r.Order)]
-		k, _ := t.order.Cursor().Seek(prefix)
-		waiting := k != nil && len(k) == len(prefix)+8 && string(k[:len(prefix)]) == string(prefix)
+		_, waiting, err := t.head(r.Order)
+		if err != nil {
+			return err
+		}
 		if err := t.order.Put(orderKey(r.Order, id), nil); err != nil {
 			return err
 		}
@@ -184,7 +185,7 @@ func (t *tx) dropOldest() error {
 	case dead != nil && (live == nil || did < lid):
 		return t.deleteDead(did, dead)
 	case live != nil:
-		return t.remove(lid, live)
+		return t.remove(lid, live, false)
 	}
 	return fmt.Errorf("%w: empty, yet its counters say full", oncekv.ErrCorrupt)
 }
@@ -199,6 +200,6 @@ func (t *tx) first(b *oncekv.Bucket) (uint64, *record, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	r, err := t.decode(b, id, v)
+	r, err := decodeRecord(b, id, v)
 	return id, r, err
 }

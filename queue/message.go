@@ -38,6 +38,12 @@ type Message struct {
 	LastError string
 	// DeadAt is when it was dead-lettered; zero for a live message.
 	DeadAt time.Time
+	// VisibleAt is the message's place in line, as a listing (Messages,
+	// Message) reads it: when it is (or was) visible to Receive, the end
+	// of its lease while leased; zero while it waits behind an earlier
+	// message of its ordering key, and in a dead letter. Receive leaves
+	// it zero (see LeaseUntil).
+	VisibleAt time.Time
 
 	// queue names the queue that delivered it: another queue of the store
 	// may hold a message with the same ID, key and token. Empty in a
