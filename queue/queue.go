@@ -314,6 +314,16 @@ func (q *Queue) Policy() retry.Policy { return q.retrier.Policy() }
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.name }
 
+// Options returns the queue's options, defaults filled in (Retry is a
+// copy of the policy Policy returns): a relay reads Visibility and Timer
+// so that its heartbeats keep a lease on the queue's clock.
+func (q *Queue) Options() Options {
+	o := q.opts
+	p := q.retrier.Policy()
+	o.Retry = &p
+	return o
+}
+
 // DB returns the store the queue lives in: its clock (DB.Now) is the one
 // the queue's timers and leases run on.
 func (q *Queue) DB() *oncekv.DB { return q.db }

@@ -5,9 +5,13 @@
 // With queue.EnqueueTx inside oncekv's Apply, it is the transactional
 // outbox's other half.
 //
-//	r, err := relay.New(q, relay.HTTPSender(client, "POST", url, nil), nil)
+//	send, err := relay.HTTPSender(client, http.MethodPost, url, nil)
+//	...
+//	r, err := relay.New(q, send, nil)
 //	...
 //	err = r.Run(ctx) // until ctx is done
+//
+// (ExampleHTTPSender is this snippet, compiled and run.)
 //
 // # One policy
 //
@@ -50,10 +54,16 @@
 //
 // # Caveats
 //
-// Options.SendTimeout must stay below the queue's Visibility: a send that
-// outlives its lease lets another worker take the message over, and the
-// far side then sees both (the key lets it deduplicate; the ack of the
-// older one fails with oncekv.ErrFenced and is counted in Stats.Fenced).
+// A send that outlived its lease would let another worker take the
+// message over and send it at the same time. The relay heartbeats the
+// lease while a send runs (Options.Heartbeat, a third of the queue's
+// Visibility by default) and cancels the send if the lease is lost or
+// cannot be extended before it ends; New refuses a Heartbeat the
+// Visibility cannot cover, and without heartbeats a SendTimeout that is
+// not shorter than the Visibility. A send that ignores its context can
+// still outlive its lease: the far side then sees both (the key lets it
+// deduplicate; the ack of the older one fails with oncekv.ErrFenced and is
+// counted in Stats.Fenced).
 // A budget is per process; share one Budget among the relays that call the
 // same far side. Each retry the budget refuses costs one local commit (the
 // Defer), about one per waiting message per backoff draw: the far side is
