@@ -44,6 +44,10 @@
 //     message carries the same Key (stable across retries, takeovers and
 //     redrives); HTTPSender puts it in Idempotency-Key, and the fencing
 //     token, new at every delivery, in Oncekv-Fence.
+//   - Order per ordering key holds through failures: with the queue's
+//     default HoldOrderingKey, a message dead-lettered by the far side
+//     holds its key's later messages until it is redriven (and then goes
+//     first) or deleted, so the far side sees edit-1, edit-2, edit-3.
 //   - Run stops when ctx is done: no new message is received, and sends in
 //     flight get Options.Grace to finish; then their context is cancelled.
 //     A send that failed or was cancelled is nacked (the attempt counts:
@@ -51,6 +55,18 @@
 //     released at once, without backoff, and never dead-lettered, even on
 //     its last attempt. A message received but not yet sent is deferred
 //     without counting.
+//
+// # Dead letters and redrives
+//
+// A dead letter says why: HTTPSender's error, kept as the message's
+// LastError, ends with the far side's answer (a problem's title and detail,
+// or the start of the body), marked "(replayed)" when the far side answered
+// from its idempotency records. A redrive sends the same key again, so a
+// far side that stored its 4xx under that key (idemhttp stores 4xx) answers
+// the same 4xx, replayed, and the message is dead-lettered again: fix the
+// cause on the far side, and have it not store a refusal that came before
+// any effect (idemhttp.DoNotStore), or let its record expire, before a
+// redrive. A message that must change is a new message, with a new key.
 //
 // # Caveats
 //
