@@ -6,7 +6,10 @@
 //	mw, err := idemhttp.New(db, &idemhttp.Options{
 //		Scope: func(r *http.Request) (string, error) { return userID(r) },
 //	})
-//	http.Handle("/payments", mw.Wrap(payments))
+//	...
+//	mux.Handle("/payments", mw.Wrap(payments))
+//
+// (Example_mount is this snippet, compiled and run.)
 //
 // # What a request meets
 //
@@ -88,6 +91,27 @@
 //   - 1xx informational responses (103 Early Hints) are passed on as the
 //     handler writes them and never stored; trailers go to the first
 //     client only and are not stored either.
+//
+// # Refusals that are not stored
+//
+// A 4xx is stored: it is the answer to that request, and a retry gets it
+// again. A handler that refuses a request before any effect (its body
+// fails validation) calls DoNotStore(r) instead: the answer is sent, not
+// stored, and the key is forgotten, so the client's corrected request runs
+// under the same key. This matters to an outbox: a relay (package relay)
+// that gets a stored 4xx dead-letters the message, and its redrive sends
+// the same key, which gets the stored 4xx again, replayed; a refusal that
+// was not stored lets the redrive, once the cause is fixed, through.
+//
+// # Finding a record
+//
+// A record is the oncekv mark of (Options.Handler, RecordKey(scope, key)):
+// the key is the hex of the first 16 bytes of the SHA-256 of the scope, a
+// slash, and the Idempotency-Key as the client sent it. Lookup (or
+// Middleware.Lookup) finds it from what the client sent and decodes it
+// (ParseRecord): status, replayed headers, body; "oncekv http PATH SCOPE
+// KEY" does the same from outside, and the admin handler (package admin)
+// for a running process.
 //
 // # How long a key is remembered
 //
