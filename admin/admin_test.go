@@ -162,8 +162,8 @@ func TestHandlerShowsALiveStore(t *testing.T) {
 func TestHandlerErrors(t *testing.T) {
 	a := newApp(t)
 	for path, want := range map[string]int{
-		"/queues/nope":                   http.StatusNotFound,
-		"/queues/bad%20name/messages":    http.StatusBadRequest,
+		"/queues/nope":                    http.StatusNotFound,
+		"/queues/bad%20name/messages":     http.StatusBadRequest,
 		"/queues/outbox/messages?limit=0": http.StatusBadRequest,
 		"/queues/outbox/dead?limit=51":    http.StatusBadRequest,
 		"/queues/outbox/dead?after=x":     http.StatusBadRequest,
