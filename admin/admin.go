@@ -224,24 +224,18 @@ func (h *Handler) mark(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// queueJSON is a queue's Stats with its name.
-type queueJSON struct {
-	Name string `json:"name"`
-	queue.Stats
-}
-
 func (h *Handler) queues(w http.ResponseWriter, _ *http.Request) error {
 	names, err := queue.Names(h.db)
 	if err != nil {
 		return err
 	}
-	list := []queueJSON{}
+	list := []dumpfile.Queue{}
 	for _, name := range names {
 		st, err := h.queueStats(name)
 		if err != nil {
 			return err
 		}
-		list = append(list, queueJSON{Name: name, Stats: st})
+		list = append(list, dumpfile.QueueOf(name, st))
 	}
 	writeJSON(w, http.StatusOK, list)
 	return nil
@@ -261,7 +255,7 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, queueJSON{Name: name, Stats: st})
+	writeJSON(w, http.StatusOK, dumpfile.QueueOf(name, st))
 	return nil
 }
 
@@ -308,10 +302,11 @@ func (h *Handler) keys(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if keys == nil {
-		keys = []queue.OrderingKey{}
+	out := make([]dumpfile.OrderingKey, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, dumpfile.OrderingKeyOf(k))
 	}
-	writeJSON(w, http.StatusOK, keys)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

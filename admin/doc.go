@@ -30,7 +30,7 @@
 //	/marks?handler=&state=&window=    marks, one JSON object a line, as oncekv marks -json prints them
 //	/mark?handler=&key=               one mark (404 when absent)
 //	/claims                           the claims in progress, one a line
-//	/queues                           every queue's Stats
+//	/queues                           every queue's Stats (ages in seconds)
 //	/queues/{name}                    one queue's Stats
 //	/queues/{name}/messages           its live messages, by ID
 //	/queues/{name}/dead               its dead letters, by ID

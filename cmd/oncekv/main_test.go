@@ -183,3 +183,6 @@ func killedStore(t *testing.T) string {
 func lines(s string) []string {
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 }
+
+// writeFile writes s to path.
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
