@@ -38,6 +38,11 @@ func (q *Queue) Enqueue(ctx context.Context, m Message) (uint64, error) {
 // dedup window returns the first message's ID and adds nothing; the same
 // Key with another Body returns oncekv.ErrKeyReuse.
 //
+// The enqueue writes a dedup mark of its own, beside the enclosing Apply's:
+// the message's dedup then holds whichever way the key is enqueued. It
+// costs about 270 bytes per entry while the mark lives (see
+// docs/design/outbox-marks.md, BenchmarkOutboxEntryBytes).
+//
 // Every check comes before the first write, so that a caller that
 // commits otx after an error (keeping its own writes) finds the queue as
 // it was: no message dropped for one that was then refused.
