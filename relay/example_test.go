@@ -71,3 +71,37 @@ func Example() {
 	// keys seen by the receiver: [order-1 order-1]
 	// sent: 1 failed: 1 retried: 1
 }
+
+// ExampleHTTPSender is the package doc's snippet: a queue delivered by
+// HTTP POST until ctx is done.
+func ExampleHTTPSender() {
+	dir, _ := os.MkdirTemp("", "relay-example")
+	defer os.RemoveAll(dir)
+	db, _ := oncekv.Open(filepath.Join(dir, "app.db"), nil)
+	defer db.Close()
+	q, _ := queue.Open(db, "outbox", nil)
+	defer q.Close()
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Idempotency-Key")
+	}))
+	defer srv.Close()
+	client, url := srv.Client(), srv.URL
+	_, _ = q.Enqueue(context.Background(), queue.Message{Key: "evt-1", Body: []byte("hello")})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { fmt.Println("delivered:", <-got); cancel() }()
+
+	send, err := relay.HTTPSender(client, http.MethodPost, url, nil)
+	if err != nil {
+		panic(err)
+	}
+	r, err := relay.New(q, send, nil)
+	if err != nil {
+		panic(err)
+	}
+	err = r.Run(ctx) // until ctx is done
+	fmt.Println("Run:", err)
+	// Output:
+	// delivered: evt-1
+	// Run: <nil>
+}
