@@ -45,6 +45,9 @@ func Names(db *oncekv.DB) ([]string, error) {
 	err := db.View(func(otx *oncekv.Tx) error {
 		return otx.ForEachBucket(func(b []byte) error {
 			name, ok := strings.CutPrefix(string(b), "oncekv.queue.")
+			if !ok {
+				return nil
+			}
 			if name, ok = strings.CutSuffix(name, ".m"); ok && checkName(name) == nil {
 				names = append(names, name)
 			}

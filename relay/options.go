@@ -74,9 +74,9 @@ func (o *Options) withDefaults(visibility time.Duration) (Options, error) {
 	}
 	switch {
 	case c.Heartbeat > 0 && c.Heartbeat >= visibility:
-		errs = append(errs, fmt.Errorf("Heartbeat %v: the queue's Visibility %v ends before the first beat", c.Heartbeat, visibility))
+		errs = append(errs, fmt.Errorf("heartbeat %v (Heartbeat): the queue's Visibility %v ends before the first beat", c.Heartbeat, visibility))
 	case c.Heartbeat < 0 && (c.SendTimeout < 0 || c.SendTimeout >= visibility || c.SendTimeout == 0 && DefaultSendTimeout >= visibility):
-		errs = append(errs, fmt.Errorf("SendTimeout %v without heartbeats: a send may outlive the queue's Visibility %v, "+
+		errs = append(errs, fmt.Errorf("send timeout %v (SendTimeout) without heartbeats: a send may outlive the queue's Visibility %v, "+
 			"and be sent again at the same time; give a shorter SendTimeout, or a Heartbeat", c.SendTimeout, visibility))
 	}
 	if c.Workers == 0 {
