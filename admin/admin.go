@@ -127,22 +127,28 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v) // a client gone has nothing to learn
 }
 
-// page reads after= and limit= of a list.
+// page reads after= (an ID) and limit= of a list.
 func (h *Handler) page(r *http.Request) (after uint64, limit int, err error) {
-	limit = h.opts.MaxList
 	if s := r.URL.Query().Get("after"); s != "" {
 		if after, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return 0, 0, badRequest("after=%q: want a message ID", s)
 		}
 	}
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 || n > h.opts.MaxList {
-			return 0, 0, badRequest("limit=%q: want 1 to %d", s, h.opts.MaxList)
-		}
-		limit = n
+	limit, err = h.limit(r)
+	return after, limit, err
+}
+
+// limit reads limit= of a list: Options.MaxList when absent.
+func (h *Handler) limit(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return h.opts.MaxList, nil
 	}
-	return after, limit, nil
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > h.opts.MaxList {
+		return 0, badRequest("limit=%q: want 1 to %d", s, h.opts.MaxList)
+	}
+	return n, nil
 }
 
 func (h *Handler) index(w http.ResponseWriter, _ *http.Request) error {
@@ -185,7 +191,7 @@ func (h *Handler) claims(w http.ResponseWriter, r *http.Request) error {
 // markLines answers the marks filter selects, one JSON object a line, at
 // most the page's limit.
 func (h *Handler) markLines(w http.ResponseWriter, r *http.Request, filter oncekv.MarkFilter) error {
-	_, limit, err := h.page(r)
+	limit, err := h.limit(r)
 	if err != nil {
 		return err
 	}
@@ -289,8 +295,9 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, read func(*queue.
 	return nil
 }
 
+// keys answers a page of a queue's ordering keys: after= is a key.
 func (h *Handler) keys(w http.ResponseWriter, r *http.Request) error {
-	_, limit, err := h.page(r)
+	limit, err := h.limit(r)
 	if err != nil {
 		return err
 	}

@@ -137,6 +137,8 @@ func TestHandlerShowsALiveStore(t *testing.T) {
 		Head     uint64
 		Held     bool
 	}
+	a.getJSON(t, "/queues/outbox/keys?after=note-7", &keys)
+	require.Empty(t, keys, "after= is a key")
 	a.getJSON(t, "/queues/outbox/keys", &keys)
 	require.Len(t, keys, 1)
 	require.Equal(t, []any{"note-7", 1, uint64(1), true}, []any{keys[0].Key, keys[0].Messages, keys[0].Head, keys[0].Held})

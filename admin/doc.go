@@ -23,7 +23,7 @@
 // # Endpoints
 //
 // Every endpoint answers GET (and HEAD) only, JSON unless said; a list
-// takes after= and limit= (at most Options.MaxList) to page:
+// takes after= (the last ID of a page) and limit= (at most Options.MaxList):
 //
 //	/                                 the endpoints
 //	/stats                            DB.Stats
@@ -34,7 +34,7 @@
 //	/queues/{name}                    one queue's Stats
 //	/queues/{name}/messages           its live messages, by ID
 //	/queues/{name}/dead               its dead letters, by ID
-//	/queues/{name}/keys               its ordering keys, held ones marked
+//	/queues/{name}/keys               its ordering keys, held ones marked (after= is a key)
 //	/http?scope=&key=&handler=        the idemhttp record of (scope, Idempotency-Key), decoded
 //	/backup                           the whole file, application/octet-stream
 //

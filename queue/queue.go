@@ -352,14 +352,18 @@ func (q *Queue) Close() error {
 
 // notify wakes the watchers of Changed and WaitDrained: a commit changed
 // what the queue holds.
-func (q *Queue) notify() {
+func (q *Queue) notify() { q.broadcast(&q.mu.changed) }
+
+// broadcast closes the channel *ch and replaces it, waking every waiter
+// that holds it; after Close, every channel is closed already.
+func (q *Queue) broadcast(ch *chan struct{}) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.mu.closed {
 		return
 	}
-	close(q.mu.changed)
-	q.mu.changed = make(chan struct{})
+	close(*ch)
+	*ch = make(chan struct{})
 }
 
 // waitChan returns the channel the next wake-up closes, or an error once
@@ -374,15 +378,7 @@ func (q *Queue) waitChan() (<-chan struct{}, error) {
 }
 
 // wakeAll wakes every waiting Receive: something may have become visible.
-func (q *Queue) wakeAll() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.mu.closed {
-		return
-	}
-	close(q.mu.wake)
-	q.mu.wake = make(chan struct{})
-}
+func (q *Queue) wakeAll() { q.broadcast(&q.mu.wake) }
 
 func (q *Queue) checkOpen() error {
 	_, err := q.waitChan()
