@@ -112,9 +112,16 @@ type result struct {
 // cli runs the oncekv binary with args.
 func cli(t testing.TB, args ...string) result {
 	t.Helper()
+	return cliEnv(t, nil, args...)
+}
+
+// cliEnv is cli with env added to the environment.
+func cliEnv(t testing.TB, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -1,14 +1,10 @@
 package main_test
 
 import (
-	"context"
 	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,25 +37,6 @@ func liveApp(t *testing.T) (path, url string) {
 }
 
 var basicAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte("ops:s3cret"))
-
-// cliEnv is cli with extra environment variables.
-func cliEnv(t *testing.T, env []string, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if exit, ok := err.(*exec.ExitError); ok {
-		code = exit.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return result{stdout.String(), stderr.String(), code}
-}
 
 // TestLockedFileNamesTheTwoWaysOut: a store a running process holds is
 // refused after the open timeout, saying so and naming the admin handler
