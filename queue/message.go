@@ -6,7 +6,9 @@ import "time"
 // and Delay; Receive fills in the rest.
 type Message struct {
 	// ID is the queue's number for the message, increasing in enqueue
-	// order. A redriven dead letter gets a new one.
+	// order. A redriven dead letter gets a new one, but for the dead head
+	// of an ordering key (HoldOrderingKey), which keeps its own so that it
+	// stays first of its key.
 	ID uint64
 	// Key is the idempotency key: required, stable across every delivery,
 	// takeover and redrive. Hand it to the far side, or Apply with it, to

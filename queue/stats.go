@@ -13,7 +13,7 @@ type Stats struct {
 	Ready    uint64 // visible now (leases that ran out included)
 	InFlight uint64 // leased, lease still running
 	Delayed  uint64 // not visible yet (a delay or a nack's backoff)
-	Waiting  uint64 // behind an earlier message of their ordering key
+	Waiting  uint64 // behind an earlier message of their ordering key (or a dead letter holding it)
 	Dead     uint64 // dead letters
 	Bytes    uint64 // keys and bodies held, dead letters included
 	// OldestVisibleAge is how long the oldest visible message has been
