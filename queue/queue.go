@@ -92,8 +92,12 @@ type Options struct {
 	// this one), and by default it is released at once: the message is
 	// visible again, its interrupted delivery counted as an attempt (so a
 	// message that crashes its consumer every time is dead-lettered after
-	// MaxAttempts). Set it to wait the leases out instead (an operator's
-	// tool that must change nothing it was not asked to). Default false.
+	// MaxAttempts). What the far side answered the interrupted attempt
+	// (a Retry-After) died with the process, so the message is sent again
+	// at once. Set it to wait the leases out instead: an operator's tool
+	// that must change nothing it was not asked to, or a far side whose
+	// Retry-After must hold across crashes (up to the Visibility). Default
+	// false.
 	KeepOrphanedLeases bool
 
 	// Timer waits for a delayed message on the store's clock: it returns a
