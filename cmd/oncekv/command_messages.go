@@ -15,15 +15,15 @@ func init() {
 	register(&command{
 		name: "messages", short: "a queue's live messages: state, attempt, next visible, last error",
 		args: "PATH QUEUE", nargs: 2,
-		summary: "List a queue's live messages in enqueue order: ID, key, ordering key, attempt, state\n" +
+		summary: "List a queue's live messages in enqueue order: ID, key, ordering key, when enqueued, attempt, state\n" +
 			"(ready, in flight, delayed, waiting behind an earlier message of its key), when it is\n" +
 			"next visible, the last error and the start of the body. PATH may be an admin handler's URL.",
 		flags: listFlags(&messageList{
-			header: "ID\tKEY\tORDERING KEY\tATTEMPT\tSTATE\tNEXT VISIBLE\tLAST ERROR\tBODY",
+			header: "ID\tKEY\tORDERING KEY\tENQUEUED\tATTEMPT\tSTATE\tNEXT VISIBLE\tLAST ERROR\tBODY",
 			read:   (*queue.View).Messages,
 			row: func(m *queue.Message, now time.Time) string {
-				return fmt.Sprintf("%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s", m.ID, printable([]byte(m.Key)), orDash(m.OrderingKey),
-					m.Attempt, messageState(m, now), stamp(m.VisibleAt), orDash(m.LastError), excerpt(m.Body))
+				return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s", m.ID, printable([]byte(m.Key)), orDash(m.OrderingKey),
+					stamp(m.EnqueuedAt), m.Attempt, messageState(m, now), stamp(m.VisibleAt), orDash(m.LastError), excerpt(m.Body))
 			},
 		}),
 	})
