@@ -32,6 +32,14 @@ func isURL(path string) bool {
 	return strings.HasPrefix(path, "http://") || strings.HasPrefix(path, "https://")
 }
 
+// redacted is path for output: a URL without its password.
+func redacted(path string) string {
+	if u, err := url.Parse(path); err == nil && isURL(path) {
+		return u.Redacted()
+	}
+	return path
+}
+
 // headerFlag is a repeatable -header "Name: value".
 type headerFlag struct{ h http.Header }
 

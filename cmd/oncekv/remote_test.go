@@ -87,6 +87,10 @@ func TestReadCommandsTakeAnAdminURL(t *testing.T) {
 		require.Equal(t, 0, r.code, "%v: %s", c.args, r.stderr)
 		require.Contains(t, r.stdout, c.want, c.args)
 	}
+	copyPath := filepath.Join(t.TempDir(), "copy.db")
+	r = cliEnv(t, env, "backup", url, copyPath)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Regexp(t, `outbox\s+4\s+0\s+1\s+1\s+2\s+1\s`, cli(t, "queues", copyPath, "-now", now).stdout)
 	r = cliEnv(t, env, "redrive", url, "outbox", "1")
 	require.Equal(t, 2, r.code)
 	require.Contains(t, r.stderr, "this one writes")
