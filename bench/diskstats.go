@@ -4,10 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // diskCounters are the counters of one block device from /proc/diskstats.
@@ -18,25 +15,6 @@ type diskCounters struct {
 
 func (a diskCounters) sub(b diskCounters) diskCounters {
 	return diskCounters{a.flushes - b.flushes, a.sectorsWrite - b.sectorsWrite}
-}
-
-// device finds the block device that holds dir, as named in /proc/diskstats:
-// the whole disk when dir is on a partition, since flushes are counted on
-// the disk.
-func device(dir string) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return "", err
-	}
-	sys := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	p, err := filepath.EvalSymlinks(sys)
-	if err != nil {
-		return "", fmt.Errorf("no block device behind %s (%s): %w", dir, sys, err)
-	}
-	if _, err := os.Stat(filepath.Join(p, "partition")); err == nil {
-		p = filepath.Dir(p)
-	}
-	return filepath.Base(p), nil
 }
 
 // readDisk returns dev's counters; the zero value when dev is empty (no
@@ -64,23 +42,6 @@ func readDisk(dev string) diskCounters {
 		return c
 	}
 	return diskCounters{}
-}
-
-// dirBytes is the space allocated to the files under dir.
-func dirBytes(dir string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Stat(path, &st); err != nil {
-			return err
-		}
-		n += st.Blocks * 512
-		return nil
-	})
-	return n, err
 }
 
 // procIO is this process's own write counters from /proc/self/io: free of

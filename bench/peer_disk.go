@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 )
 
 // diskStore is no store at all: each apply writes 4 KiB and, durable,
@@ -31,7 +29,7 @@ func openDisk(c storeConfig) (store, error) {
 	if err := f.Truncate(diskBlock * diskSlots); err != nil {
 		return nil, errors.Join(err, f.Close())
 	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	if err := datasync(f); err != nil {
 		return nil, errors.Join(err, f.Close())
 	}
 	return &diskStore{f: f, sync: c.sync, buf: make([]byte, diskBlock)}, nil
@@ -43,7 +41,7 @@ func (s *diskStore) apply(_ context.Context, r *request) outcome {
 		return outcome{err: err}
 	}
 	if s.sync {
-		if err := unix.Fdatasync(int(s.f.Fd())); err != nil {
+		if err := datasync(s.f); err != nil {
 			return outcome{err: err}
 		}
 	}

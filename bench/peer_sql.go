@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib"
-	sqlite3 "github.com/mattn/go-sqlite3"
+	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver
 )
 
 // dialect is what differs between the SQL peers.
@@ -179,10 +179,7 @@ func openSQLite(durableMode string) func(c storeConfig) (store, error) {
 		s, err := newSQLStore(db, dialect{
 			blob:        "BLOB",
 			selectFirst: true,
-			isUnique: func(err error) bool {
-				var e sqlite3.Error
-				return errors.As(err, &e) && e.Code == sqlite3.ErrConstraint
-			},
+			isUnique:    isSQLiteConstraint,
 		})
 		if err != nil {
 			return nil, err
@@ -207,12 +204,6 @@ func (s sqliteStore) applyBatch(ctx context.Context, rs []request) ([]outcome, e
 		return nil, err
 	}
 	return out, tx.Commit()
-}
-
-// sqliteVersion is the linked SQLite library's version.
-func sqliteVersion() string {
-	v, _, _ := sqlite3.Version()
-	return v
 }
 
 // openPostgres uses a fresh pair of tables in the DSN's database. Sync off

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // get returns the result of a cell, or nil when it was not measured.
@@ -208,12 +206,10 @@ func (st *suite) writeCSV(path string) error {
 
 // describeMachine is what the results were measured on.
 func describeMachine(cfg *config, dev string) []string {
-	var u unix.Utsname
-	_ = unix.Uname(&u)
 	m := []string{
 		"nproc: " + strconv.Itoa(runtime.NumCPU()),
 		"cpu: " + cpuModel(),
-		"kernel: " + unix.ByteSliceToString(u.Release[:]),
+		"kernel: " + kernelRelease(),
 		"temp dir: " + cfg.tmp + " on " + filesystem(cfg.tmp) + ", device " + orNone(dev),
 		"go: " + runtime.Version(),
 		"sqlite library: " + sqliteVersion(),

@@ -124,3 +124,89 @@ func exampleDB() (db *oncekv.DB, done func()) {
 		_ = os.RemoveAll(dir)
 	}
 }
+
+// The package doc's snippet: a payments route behind the middleware on a
+// mux.
+func Example_mount() {
+	db, done := exampleDB()
+	defer done()
+	userID := func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
+	payments := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	})
+	mux := http.NewServeMux()
+
+	mw, err := idemhttp.New(db, &idemhttp.Options{
+		Scope: func(r *http.Request) (string, error) { return userID(r) },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux.Handle("/payments", mw.Wrap(payments))
+
+	req := httptest.NewRequest(http.MethodPost, "/payments", nil)
+	req.Header.Set("Idempotency-Key", "k-1")
+	req.Header.Set("X-User", "alice")
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, req)
+	fmt.Println(rec.Code)
+	// Output:
+	// 201
+}
+
+// A refusal found before any effect is answered without being stored: the
+// corrected request runs under the same key.
+func ExampleDoNotStore() {
+	db, done := exampleDB()
+	defer done()
+	mw, err := idemhttp.New(db, &idemhttp.Options{Scope: func(r *http.Request) (string, error) { return "alice", nil }})
+	if err != nil {
+		log.Fatal(err)
+	}
+	notes := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if len(body) == 0 {
+			_ = idemhttp.DoNotStore(r) // validation failed: no effect, nothing to keep
+			http.Error(w, "empty note", http.StatusUnprocessableEntity)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for _, body := range []string{"", "buy milk"} {
+		req := httptest.NewRequest(http.MethodPost, "/notes", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "note-1")
+		rec := httptest.NewRecorder()
+		notes.ServeHTTP(rec, req)
+		fmt.Println(rec.Code)
+	}
+	// Output:
+	// 422
+	// 201
+}
+
+// Lookup answers "what did this client's request get?" from the scope and
+// the Idempotency-Key it sent.
+func ExampleLookup() {
+	db, done := exampleDB()
+	defer done()
+	mw, err := idemhttp.New(db, &idemhttp.Options{Scope: func(r *http.Request) (string, error) { return "alice", nil }})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/orders/7")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "receipt R-7")
+	}))
+	req := httptest.NewRequest(http.MethodPost, "/orders", nil)
+	req.Header.Set("Idempotency-Key", "order-7")
+	h.ServeHTTP(httptest.NewRecorder(), req)
+
+	s, err := idemhttp.Lookup(db, "", "alice", "order-7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s.Mark.State, s.Record.Status, s.Record.Header.Get("Location"), string(s.Record.Body))
+	// Output:
+	// DONE 201 /orders/7 receipt R-7
+}

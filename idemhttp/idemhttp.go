@@ -201,6 +201,11 @@ func (m *Middleware) finish(rec *recorder, r *http.Request, c *oncekv.Claim, st 
 		return
 	}
 	rec.decide()
+	if !st.storing() {
+		m.forget(c)
+		_ = rec.sendHeld() // a client gone now has nothing to learn
+		return
+	}
 	if rec.pass {
 		m.release(c, "the response is not stored")
 		return
@@ -234,6 +239,16 @@ func (m *Middleware) release(c *oncekv.Claim, why string) {
 	if err := c.Fail(context.Background(), errors.New("oncekv: idemhttp: "+why)); err != nil &&
 		!errors.Is(err, oncekv.ErrClaimDone) {
 		m.opts.Logger.Warn("idemhttp: releasing a key failed; it frees itself when its lease ends", "err", err)
+	}
+}
+
+// forget drops the key's mark (DoNotStore): the next request of the key
+// runs afresh, whatever its body. If that fails, the key is released as
+// for a response not stored.
+func (m *Middleware) forget(c *oncekv.Claim) {
+	if err := c.Abandon(context.Background()); err != nil && !errors.Is(err, oncekv.ErrClaimDone) {
+		m.opts.Logger.Warn("idemhttp: forgetting a key failed; releasing it", "err", err)
+		m.release(c, "the handler asked not to store its answer")
 	}
 }
 

@@ -36,7 +36,7 @@ func TestNewValidatesOptions(t *testing.T) {
 	_, err = idemhttp.New(db, &idemhttp.Options{
 		Scope:              userScope,
 		MaxBodyBytes:       -1,
-		MaxRecordBytes:     2 << 30,
+		MaxRecordBytes:     1<<30 + 1, // over 1 GiB, and an int on 32-bit platforms too
 		Lease:              time.Second,
 		Heartbeat:          2 * time.Second,
 		Methods:            []string{"PO ST"},

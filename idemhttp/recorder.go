@@ -2,7 +2,9 @@ package idemhttp
 
 import (
 	"net/http"
+	"net/textproto"
 	"slices"
+	"strings"
 )
 
 // recorder is the ResponseWriter a claimed request's handler writes to.
@@ -124,7 +126,8 @@ func (rc *recorder) sendHeld() error {
 	return err
 }
 
-// snapshotHeaders copies the allowlisted response headers.
+// snapshotHeaders copies the allowlisted response headers, each value as
+// net/http sends it (see sentValue).
 func (rc *recorder) snapshotHeaders() []header {
 	var hs []header
 	for name, values := range rc.w.Header() {
@@ -132,7 +135,9 @@ func (rc *recorder) snapshotHeaders() []header {
 			continue
 		}
 		for _, v := range values {
-			hs = append(hs, header{name, v})
+			if v, ok := sentValue(v); ok {
+				hs = append(hs, header{name, v})
+			}
 		}
 	}
 	// Map order is random; a fixed order keeps records of equal responses
@@ -147,6 +152,22 @@ func (rc *recorder) snapshotHeaders() []header {
 		return 0
 	})
 	return hs
+}
+
+// sentValue is v as net/http's server writes a header value: each
+// newline or carriage return a space, spaces and tabs at the ends trimmed.
+// The record keeps that, what the first client got, so that a handler's
+// raw value (a Location built from user input) cannot make a record no
+// replay can decode. A value still holding a NUL byte, which no client
+// parses, is not kept (ok false): replays go without it.
+func sentValue(v string) (string, bool) {
+	v = textproto.TrimString(strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, v))
+	return v, !strings.ContainsRune(v, 0)
 }
 
 // record completes the record of a decided, stored response.

@@ -32,8 +32,9 @@ type state struct {
 
 	mu struct {
 		sync.Mutex
-		closed bool
-		staged []func(*oncekv.Tx) error
+		closed  bool
+		staged  []func(*oncekv.Tx) error
+		noStore bool // DoNotStore was called
 	}
 }
 
@@ -94,6 +95,40 @@ func Stage(r *http.Request, fn func(tx *oncekv.Tx) error) error {
 	}
 	st.mu.staged = append(st.mu.staged, fn)
 	return nil
+}
+
+// DoNotStore makes r's answer one that is sent and not stored, and frees
+// its key as if it had never been seen: the staged writes are dropped, and
+// the next request with the key, whatever its body, runs the handler
+// afresh. It is for a refusal found before any effect (a body that fails
+// validation, 400 or 422): Stripe stores no result for such requests, so
+// a client may fix its request and send it again under the same key, and
+// a relay's redrive of a message refused so gets a fresh answer. Never
+// call it once the handler has had an effect outside the store: a retry
+// would make it again. Call it before the handler returns, from any
+// goroutine; the answer goes to the client as the handler writes it.
+//
+// Errors: ErrNoClaim when r holds no key; ErrStageClosed after the
+// handler returned.
+func DoNotStore(r *http.Request) error {
+	st := stateOf(r)
+	if st == nil {
+		return ErrNoClaim
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.mu.closed {
+		return ErrStageClosed
+	}
+	st.mu.noStore = true
+	return nil
+}
+
+// storing reports whether the answer is to be stored (no DoNotStore).
+func (st *state) storing() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return !st.mu.noStore
 }
 
 // close ends staging; calling it again is harmless.

@@ -20,7 +20,7 @@ var errNacked = errors.New("nacked without a cause")
 // return it, so the consumer's writes roll back too.
 func (q *Queue) AckTx(otx *oncekv.Tx, m *Message) error {
 	return q.wrap("ack", m, q.held(otx, m, func(t *tx, r *record) error {
-		if err := t.remove(m.ID, r); err != nil {
+		if err := t.remove(m.ID, r, false); err != nil {
 			return err
 		}
 		q.countOnCommit(otx, &q.counters.acked)
@@ -125,7 +125,7 @@ func (q *Queue) held(otx *oncekv.Tx, m *Message, fn func(t *tx, r *record) error
 	if m == nil {
 		return ErrNoMessage
 	}
-	if err := q.checkOpen(); err != nil {
+	if err := q.checkWritable(); err != nil {
 		return err
 	}
 	if m.queue != "" && m.queue != q.name {
@@ -151,11 +151,14 @@ func (q *Queue) held(otx *oncekv.Tx, m *Message, fn func(t *tx, r *record) error
 	return fn(t, r)
 }
 
-// bury moves live message id to the dead letters.
+// bury moves live message id to the dead letters. With HoldOrderingKey,
+// its entry in .g stays: the key's later messages wait for a redrive or a
+// delete of this one.
 func (t *tx) bury(id uint64, r *record) error {
 	// Dead letters count toward the bounds like live messages: take it
 	// out of the live set without its accounting, then put it in.
-	if err := t.remove(id, r); err != nil {
+	hold := r.Order != "" && t.q.opts.DeadHead == HoldOrderingKey
+	if err := t.remove(id, r, hold); err != nil {
 		return err
 	}
 	if err := t.account(1, r.size()); err != nil {

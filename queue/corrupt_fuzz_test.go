@@ -41,6 +41,8 @@ func FuzzQueueDamagedRecords(f *testing.F) {
 			put("m", id1, record)
 			put("d", id1, record)
 			put("v", indexKey, []byte{1})
+			put("l", indexKey, nil)
+			put("g", indexKey, nil)
 			put("s", []byte("count"), counter)
 			return nil
 		}))
@@ -49,6 +51,9 @@ func FuzzQueueDamagedRecords(f *testing.F) {
 		_, _ = q.Stats()
 		_, _ = q.DeadLetters(0, 10)
 		_, _ = q.DeadLetter(1)
+		_, _ = q.Messages(0, 10)
+		_, _ = q.View().OrderingKeys("", 10)
+		_ = q.View().Check(func(error) error { return nil })
 		_ = q.Ack(ctx, m)
 		_ = q.Nack(ctx, m, nil)
 		_ = q.Extend(ctx, m, 1)

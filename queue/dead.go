@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/oncekv/oncekv"
 )
@@ -11,53 +10,37 @@ import (
 // order: pass the last ID of one page as after to read the next. limit
 // must be positive.
 func (q *Queue) DeadLetters(after uint64, limit int) ([]*Message, error) {
-	if limit <= 0 {
-		return nil, q.wrap("dead letters", nil, fmt.Errorf("%w: limit %d", ErrInvalidOptions, limit))
+	if err := q.checkOpen(); err != nil {
+		return nil, q.wrap("dead letters", nil, err)
 	}
-	var ms []*Message
-	err := q.view(func(otx *oncekv.Tx) error {
-		b := otx.Bucket(q.b.dead)
-		c := b.Cursor()
-		for k, v := c.Seek(idKey(after + 1)); k != nil && len(ms) < limit; k, v = c.Next() {
-			id, err := parseID(k)
-			if err != nil {
-				return err
-			}
-			if id <= after {
-				continue // after+1 overflowed
-			}
-			var t tx
-			r, err := t.decode(b, id, v)
-			if err != nil {
-				return err
-			}
-			ms = append(ms, r.message(id))
-		}
-		return nil
-	})
-	return ms, q.wrap("dead letters", nil, err)
+	return q.reader.DeadLetters(after, limit)
 }
 
 // DeadLetter returns the dead letter id, with its key, body, attempts and
 // last error, or ErrNotFound.
 func (q *Queue) DeadLetter(id uint64) (*Message, error) {
-	var m *Message
-	err := q.view(func(otx *oncekv.Tx) error {
-		var t tx
-		r, err := t.get(otx.Bucket(q.b.dead), id)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			return ErrNotFound
-		}
-		m = r.message(id)
-		return nil
-	})
-	return m, q.wrap("dead letter", &Message{ID: id}, err)
+	if err := q.checkOpen(); err != nil {
+		return nil, q.wrap("dead letter", &Message{ID: id}, err)
+	}
+	return q.reader.DeadLetter(id)
 }
 
+// Messages lists up to limit live messages with IDs above after, in ID
+// (enqueue) order, VisibleAt filled in; see View.Messages.
+func (q *Queue) Messages(after uint64, limit int) ([]*Message, error) {
+	if err := q.checkOpen(); err != nil {
+		return nil, q.wrap("messages", nil, err)
+	}
+	return q.reader.Messages(after, limit)
+}
+
+// View returns a read-only view of the queue, for its other read calls
+// (Message, OrderingKeys, Check); it stays usable after Close.
+func (q *Queue) View() *View { return &q.reader }
+
 // DeleteDead deletes the dead letter id for good, or returns ErrNotFound.
+// A dead letter holding its ordering key (HoldOrderingKey) lets the key's
+// next message through.
 func (q *Queue) DeleteDead(ctx context.Context, id uint64) error {
 	return q.update(ctx, "delete dead letter", &Message{ID: id}, func(otx *oncekv.Tx) error {
 		t, r, err := q.deadRecord(otx, id)
@@ -70,16 +53,44 @@ func (q *Queue) DeleteDead(ctx context.Context, id uint64) error {
 
 // Redrive puts the dead letter id back in the queue as a new message with
 // the same key and body, visible now, Attempt starting again from 1 on its
-// next delivery; LastError is kept. It returns the new message's ID. The
-// key is the original one, and enqueue marks are left alone, so a consumer
-// that deduplicates on the key (Apply with the message's key) does not
-// apply it twice if its first delivery did apply. Errors: ErrNotFound.
+// next delivery; LastError is kept. It returns the new message's ID. A
+// dead letter that holds its ordering key (HoldOrderingKey) goes back at
+// the head of the key with its own ID, so the key's later messages follow
+// it in their order; any other goes behind the messages of its key, if
+// any. The key is the original one, and enqueue marks are left alone, so
+// a consumer that deduplicates on the key (Apply with the message's key)
+// does not apply it twice if its first delivery did apply.
+//
+// The same key means the same answer from a far side that stores answers
+// by key: a message dead-lettered because an idemhttp server answered
+// 4xx, and stored it, gets that 4xx replayed on its redrive (and is
+// dead-lettered again). Redrive it only once the far side did not store
+// the refusal (see idemhttp.DoNotStore) or its record has expired; an edit
+// fixed by hand is a new message, with a new key. Errors: ErrNotFound.
 func (q *Queue) Redrive(ctx context.Context, id uint64) (uint64, error) {
 	var newID uint64
 	err := q.update(ctx, "redrive", &Message{ID: id}, func(otx *oncekv.Tx) error {
 		t, r, err := q.deadRecord(otx, id)
 		if err != nil {
 			return err
+		}
+		q.countOnCommit(otx, &q.counters.redriven)
+		held, err := t.holds(id, r)
+		if err != nil {
+			return err
+		}
+		if held {
+			// Back at the head of its key, with its ID, still first in .g.
+			if err := t.dead.Delete(idKey(id)); err != nil {
+				return err
+			}
+			if err := t.addDead(-1); err != nil {
+				return err
+			}
+			r.Attempt, r.Token, r.DeadAt, r.Due, r.VisibleAt, r.LeaseUntil = 0, 0, 0, t.now, 0, 0
+			newID = id
+			otx.OnCommit(q.wakeAll)
+			return t.setVisible(id, r, t.now, false)
 		}
 		if err := t.deleteDead(id, r); err != nil {
 			return err
@@ -88,26 +99,48 @@ func (q *Queue) Redrive(ctx context.Context, id uint64) (uint64, error) {
 		if err := t.setCounter("seq", newID); err != nil {
 			return err
 		}
-		r.Attempt, r.Token, r.DeadAt, r.Due, r.VisibleAt = 0, 0, 0, t.now, 0
-		q.countOnCommit(otx, &q.counters.redriven)
+		r.Attempt, r.Token, r.DeadAt, r.Due, r.VisibleAt, r.LeaseUntil = 0, 0, 0, t.now, 0, 0
 		return t.insert(newID, r)
 	})
 	return newID, err
 }
 
-// deleteDead deletes dead letter id, whose record is r.
+// deleteDead deletes dead letter id, whose record is r; one that held its
+// ordering key lets the key's next message into the index.
 func (t *tx) deleteDead(id uint64, r *record) error {
+	held, err := t.holds(id, r)
+	if err != nil {
+		return err
+	}
 	if err := t.dead.Delete(idKey(id)); err != nil {
 		return err
 	}
 	if err := t.addDead(-1); err != nil {
 		return err
 	}
+	if held {
+		if err := t.order.Delete(orderKey(r.Order, id)); err != nil {
+			return err
+		}
+		if err := t.promote(r.Order); err != nil {
+			return err
+		}
+	}
 	return t.account(-1, -r.size())
 }
 
+// holds reports whether dead letter id, whose record is r, holds its
+// ordering key: it is still the key's entry in .g.
+func (t *tx) holds(id uint64, r *record) (bool, error) {
+	if r.Order == "" {
+		return false, nil
+	}
+	head, ok, err := t.head(r.Order)
+	return ok && head == id, err
+}
+
 func (q *Queue) deadRecord(otx *oncekv.Tx, id uint64) (*tx, *record, error) {
-	if err := q.checkOpen(); err != nil {
+	if err := q.checkWritable(); err != nil {
 		return nil, nil, err
 	}
 	t, err := q.begin(otx)
@@ -119,12 +152,4 @@ func (q *Queue) deadRecord(otx *oncekv.Tx, id uint64) (*tx, *record, error) {
 		err = ErrNotFound
 	}
 	return t, r, err
-}
-
-// view runs fn in a read transaction, once the queue is known open.
-func (q *Queue) view(fn func(otx *oncekv.Tx) error) error {
-	if err := q.checkOpen(); err != nil {
-		return err
-	}
-	return q.db.View(fn)
 }

@@ -38,9 +38,23 @@ func (q *Queue) Enqueue(ctx context.Context, m Message) (uint64, error) {
 // dedup window returns the first message's ID and adds nothing; the same
 // Key with another Body returns oncekv.ErrKeyReuse.
 //
-// Errors (nothing written): oncekv.ErrKeyRequired, ErrBodyTooLarge,
-// ErrFull (policy Reject), oncekv.ErrKeyReuse, oncekv.ErrTxNotWritable,
-// ErrQueueClosed; each names the queue and key.
+// The enqueue writes a dedup mark of its own, beside the enclosing Apply's:
+// the message's dedup then holds whichever way the key is enqueued. It
+// costs about 270 bytes per entry while the mark lives (see
+// docs/design/outbox-marks.md, BenchmarkOutboxEntryBytes).
+//
+// Every check comes before the first write, so that a caller that
+// commits otx after an error (keeping its own writes) finds the queue as
+// it was: no message dropped for one that was then refused.
+//
+// Errors (nothing written): oncekv.ErrKeyRequired; oncekv.ErrKeyTooLarge
+// for a key or an ordering key over the store's key limit;
+// ErrBodyTooLarge (a body over MaxBodySize, or key, ordering key and body
+// together over MaxBytes or a stored value's limit); ErrInvalidDuration
+// for a negative Delay; ErrFull (policy Reject); oncekv.ErrKeyReuse;
+// oncekv.ErrTxNotWritable; oncekv.ErrReadOnly; ErrQueueClosed; each names
+// the queue and key. oncekv.ErrCorrupt (a damaged queue) may come after
+// writes: return it, so that otx rolls back.
 func (q *Queue) EnqueueTx(otx *oncekv.Tx, m Message) (uint64, error) {
 	id, err := q.enqueueTx(otx, &m)
 	return id, q.wrap("enqueue", &m, err)
@@ -70,16 +84,23 @@ func (q *Queue) enqueueTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 
 // check refuses a message that cannot be enqueued, before any write.
 func (q *Queue) check(m *Message) error {
-	if err := q.checkOpen(); err != nil {
+	if err := q.checkWritable(); err != nil {
 		return err
 	}
+	size := heldSize(m.Key, m.OrderingKey, m.Body)
 	switch {
 	case m.Key == "":
 		return oncekv.ErrKeyRequired
+	case len(q.handler)+len(m.Key) > maxMarkKey:
+		return fmt.Errorf("%w: key of %d bytes, over %d", oncekv.ErrKeyTooLarge, len(m.Key), maxMarkKey-len(q.handler))
+	case len(m.OrderingKey) > maxOrderingKey:
+		return fmt.Errorf("%w: ordering key of %d bytes, over %d", oncekv.ErrKeyTooLarge, len(m.OrderingKey), maxOrderingKey)
 	case len(m.Body) > q.opts.MaxBodySize:
 		return fmt.Errorf("%w: %d bytes, over MaxBodySize %d", ErrBodyTooLarge, len(m.Body), q.opts.MaxBodySize)
-	case q.opts.MaxBytes > 0 && int64(len(m.Key)+len(m.Body)) > q.opts.MaxBytes:
-		return fmt.Errorf("%w: %d bytes, over MaxBytes %d", ErrBodyTooLarge, len(m.Key)+len(m.Body), q.opts.MaxBytes)
+	case q.opts.MaxBytes > 0 && size > q.opts.MaxBytes:
+		return fmt.Errorf("%w: key, ordering key and body are %d bytes, over MaxBytes %d", ErrBodyTooLarge, size, q.opts.MaxBytes)
+	case size > maxHeld:
+		return fmt.Errorf("%w: key, ordering key and body are %d bytes, over the %d a stored message holds", ErrBodyTooLarge, size, maxHeld)
 	case m.Delay < 0:
 		return fmt.Errorf("%w: negative Delay %v", ErrInvalidDuration, m.Delay)
 	}
@@ -93,7 +114,8 @@ func (q *Queue) insertTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	r := &record{Key: m.Key, Body: m.Body, Order: m.OrderingKey, EnqueuedAt: t.now, Due: later(t.now, m.Delay)}
+	r := &record{Key: m.Key, Body: m.Body, Order: m.OrderingKey, EnqueuedAt: t.now, Due: later(t.now, m.Delay),
+		Held: heldSize(m.Key, m.OrderingKey, m.Body)}
 	if err := t.makeRoom(r.size()); err != nil {
 		return 0, err
 	}
@@ -112,9 +134,10 @@ func (q *Queue) insertTx(otx *oncekv.Tx, m *Message) (uint64, error) {
 // of its ordering key.
 func (t *tx) insert(id uint64, r *record) error {
 	if r.Order != "" {
-		prefix := orderKey(r.Order, 0)[:2+len(r.Order)]
-		k, _ := t.order.Cursor().Seek(prefix)
-		waiting := k != nil && len(k) == len(prefix)+8 && string(k[:len(prefix)]) == string(prefix)
+		_, waiting, err := t.head(r.Order)
+		if err != nil {
+			return err
+		}
 		if err := t.order.Put(orderKey(r.Order, id), nil); err != nil {
 			return err
 		}
@@ -167,7 +190,7 @@ func (t *tx) dropOldest() error {
 	case dead != nil && (live == nil || did < lid):
 		return t.deleteDead(did, dead)
 	case live != nil:
-		return t.remove(lid, live)
+		return t.remove(lid, live, false)
 	}
 	return fmt.Errorf("%w: empty, yet its counters say full", oncekv.ErrCorrupt)
 }
@@ -182,6 +205,6 @@ func (t *tx) first(b *oncekv.Bucket) (uint64, *record, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	r, err := t.decode(b, id, v)
+	r, err := decodeRecord(b, id, v)
 	return id, r, err
 }

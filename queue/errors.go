@@ -26,8 +26,12 @@ var (
 	// ErrFull: the queue holds MaxMessages or MaxBytes and its policy is
 	// Reject. Nothing was enqueued.
 	ErrFull = errors.New("oncekv: queue: full")
-	// ErrNotFound: no dead letter has that ID.
+	// ErrNotFound: no dead letter (or, for View.Message, no live
+	// message) has that ID.
 	ErrNotFound = errors.New("oncekv: queue: no such message")
+	// ErrNoQueue: NewView, or Open on a read-only store, was given the
+	// name of a queue the store does not hold.
+	ErrNoQueue = errors.New("oncekv: queue: no such queue")
 	// ErrInvalidDuration: Extend was given a lease that is not positive, or
 	// Defer a negative delay.
 	ErrInvalidDuration = errors.New("oncekv: queue: invalid duration")
@@ -64,7 +68,10 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-func (q *Queue) wrap(op string, m *Message, err error) error {
+func (q *Queue) wrap(op string, m *Message, err error) error { return wrapErr(q.name, op, m, err) }
+
+// wrapErr wraps err in an *Error of queue name, unless it is one.
+func wrapErr(name, op string, m *Message, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -72,7 +79,7 @@ func (q *Queue) wrap(op string, m *Message, err error) error {
 	if errors.As(err, &qe) {
 		return err
 	}
-	e := &Error{Op: op, Queue: q.name, Err: err}
+	e := &Error{Op: op, Queue: name, Err: err}
 	if m != nil {
 		e.Key, e.ID = m.Key, m.ID
 	}

@@ -213,3 +213,62 @@ func exampleQueue(name string) (*oncekv.DB, *queue.Queue, func()) {
 		_ = os.RemoveAll(dir)
 	}
 }
+
+// ExampleQueue_WaitDrained is the sync badge and its "all synced" tick: the
+// count of messages waiting, read at each change, and a wait until none is
+// left; nothing is polled.
+func ExampleQueue_WaitDrained() {
+	_, q, done := exampleQueue("sync")
+	defer done()
+	ctx := context.Background()
+	for _, k := range []string{"edit-1", "edit-2"} {
+		_, _ = q.Enqueue(ctx, queue.Message{Key: k, Body: []byte(k), OrderingKey: "note-7"})
+	}
+	st, _ := q.Stats()
+	fmt.Println("changes waiting to sync:", st.Depth)
+
+	changed := q.Changed()
+	go func() { // the consumer
+		for range 2 {
+			m, err := q.Receive(ctx)
+			if err != nil {
+				return
+			}
+			_ = q.Ack(ctx, m)
+		}
+	}()
+	<-changed // the first delivery or ack: read the badge again
+	if err := q.WaitOrderingKeyDrained(ctx, "note-7"); err != nil {
+		log.Fatal(err)
+	}
+	if err := q.WaitDrained(ctx); err != nil {
+		log.Fatal(err)
+	}
+	st, _ = q.Stats()
+	fmt.Println("all synced:", st.Depth == 0)
+	// Output:
+	// changes waiting to sync: 2
+	// all synced: true
+}
+
+// ExampleNewView reads a queue without opening it (an operator's tool, or
+// a store opened read-only): its gauges and its dead letters.
+func ExampleNewView() {
+	db, q, done := exampleQueue("mail")
+	defer done()
+	ctx := context.Background()
+	_, _ = q.Enqueue(ctx, queue.Message{Key: "welcome/1", Body: []byte("hi")})
+	m, _ := q.Receive(ctx)
+	_ = q.Nack(ctx, m, oncekv.Permanent(errors.New("550 no such user")))
+
+	names, _ := queue.Names(db)
+	v, err := queue.NewView(db, names[0])
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, _ := v.Stats()
+	dead, _ := v.DeadLetters(0, 10)
+	fmt.Println(v.Name(), "depth", st.Depth, "dead", st.Dead, "-", dead[0].Key, dead[0].LastError)
+	// Output:
+	// mail depth 0 dead 1 - welcome/1 550 no such user
+}

@@ -111,8 +111,10 @@ func TestQueueAgainstModel(t *testing.T) {
 			Retry: &retry.Policy{Base: 1, Cap: 1, MaxAttempts: 3}})
 		require.NoError(rt, err)
 		defer q.Close()
+		// token 1: Open takes a lease token of its own, the line below
+		// which a lease is an earlier process's.
 		m := &queueModel{now: t0, dead: map[uint64]*modelMsg{}, keys: map[string]string{}, ids: map[string]uint64{},
-			maxAttempts: 3, visibility: time.Minute}
+			maxAttempts: 3, visibility: time.Minute, token: 1}
 
 		checkDelivery := func(got *queue.Message, want *modelMsg) {
 			require.Equal(rt, want.id, got.ID)
@@ -232,6 +234,22 @@ func TestQueueAgainstModel(t *testing.T) {
 					bytes += uint64(len(x.key) + len(x.body))
 				}
 				require.Equal(rt, bytes, st.Bytes)
+				// The gauges come from counts kept by the writes: they
+				// must be what a scan of the model finds, and Check must
+				// find the counts equal to a scan of the store.
+				var ready, inFlight, delayed uint64
+				for _, x := range m.live {
+					switch {
+					case !x.visibleAt.After(m.now):
+						ready++
+					case x.leased:
+						inFlight++
+					default:
+						delayed++
+					}
+				}
+				require.Equal(rt, []uint64{ready, inFlight, delayed, 0}, []uint64{st.Ready, st.InFlight, st.Delayed, st.Waiting}, "%+v", st)
+				require.NoError(rt, q.View().Check(func(p error) error { return p }))
 				dead, err := q.DeadLetters(0, 100)
 				require.NoError(rt, err)
 				require.Len(rt, dead, len(m.dead))

@@ -15,13 +15,14 @@ import (
 // process wakes it at once, and a delayed message (or a lease running out)
 // at its time, by a timer on the store's clock, without polling.
 //
-// A message whose lease ran out is delivered again with Attempt one
-// higher; one that had MaxAttempts deliveries already is dead-lettered
-// instead, with LastError saying its lease ran out.
+// A message whose lease ran out (or was released at Open, its process
+// gone) is delivered again with Attempt one higher; one that had
+// MaxAttempts deliveries already is dead-lettered instead, with LastError
+// saying its lease ran out (or its attempt was interrupted).
 //
 // Errors: ctx's error, ErrQueueClosed, oncekv.ErrClosed when the store is
-// closed (a blocked Receive returns it as Close begins), the store's
-// errors; each names the queue.
+// closed (a blocked Receive returns it as Close begins), oncekv.ErrReadOnly,
+// the store's errors; each names the queue.
 func (q *Queue) Receive(ctx context.Context) (*Message, error) {
 	ms, err := q.ReceiveBatch(ctx, 1)
 	if err != nil {
@@ -36,6 +37,9 @@ func (q *Queue) Receive(ctx context.Context) (*Message, error) {
 func (q *Queue) ReceiveBatch(ctx context.Context, n int) ([]*Message, error) {
 	if n <= 0 {
 		return nil, q.wrap("receive", nil, fmt.Errorf("%w: batch size %d", ErrInvalidOptions, n))
+	}
+	if err := q.checkWritable(); err != nil {
+		return nil, q.wrap("receive", nil, err)
 	}
 	for {
 		// Take the wake channel before looking, so an enqueue committed
@@ -63,7 +67,7 @@ func (q *Queue) Poll(ctx context.Context, n int) ([]*Message, error) {
 	if n <= 0 {
 		return nil, q.wrap("receive", nil, fmt.Errorf("%w: batch size %d", ErrInvalidOptions, n))
 	}
-	if err := q.checkOpen(); err != nil {
+	if err := q.checkWritable(); err != nil {
 		return nil, q.wrap("receive", nil, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -162,6 +166,9 @@ func (q *Queue) receiveTx(otx *oncekv.Tx, n int) ([]*Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := t.foldDue(); err != nil {
+		return nil, err
+	}
 	var ms []*Message
 	maxAttempts := q.retrier.Policy().MaxAttempts
 	for len(ms) < n {
@@ -188,7 +195,10 @@ func (q *Queue) receiveTx(otx *oncekv.Tx, n int) ([]*Message, error) {
 		if r.LeaseUntil != 0 {
 			// The lease ran out before an ack or nack.
 			q.countOnCommit(otx, &q.counters.expired)
-			r.LastError = fmt.Sprintf("lease of attempt %d ran out", r.Attempt)
+			if !r.Interrupted {
+				r.LastError = fmt.Sprintf("lease of attempt %d ran out", r.Attempt)
+			}
+			r.Interrupted = false
 			if maxAttempts > 0 && r.Attempt >= maxAttempts {
 				if err := t.bury(id, r); err != nil {
 					return nil, err

@@ -13,7 +13,7 @@ type Stats struct {
 	Ready    uint64 // visible now (leases that ran out included)
 	InFlight uint64 // leased, lease still running
 	Delayed  uint64 // not visible yet (a delay or a nack's backoff)
-	Waiting  uint64 // behind an earlier message of their ordering key
+	Waiting  uint64 // behind an earlier message of their ordering key (or a dead letter holding it)
 	Dead     uint64 // dead letters
 	Bytes    uint64 // keys and bodies held, dead letters included
 	// OldestVisibleAge is how long the oldest visible message has been
@@ -48,53 +48,128 @@ func (s Stats) Sub(o Stats) Stats {
 	return s
 }
 
-// Stats returns the queue's gauges and counters. It reads the whole index,
-// so its cost grows with the number of live messages.
+// Stats returns the queue's gauges and counters. The gauges are counts
+// kept in the same transactions as the queue's writes: it reads no entry
+// of the index but the first, and the delays, backoffs and leases that
+// have come due since a write of the queue last folded them (a handful on
+// a queue being consumed, all of them on one nobody has written since).
+// A queue written by a build before these counts is read whole until its
+// first writable Open builds them.
 func (q *Queue) Stats() (Stats, error) {
-	c := &q.counters
-	s := Stats{Enqueued: c.enqueued.Load(), Duplicates: c.duplicates.Load(), Acked: c.acked.Load(),
-		Nacked: c.nacked.Load(), Expired: c.expired.Load(), DeadLettered: c.deadLettered.Load(),
-		Redriven: c.redriven.Load(), Dropped: c.dropped.Load()}
-	err := q.view(func(otx *oncekv.Tx) error {
-		now := otx.Now().UnixNano()
-		t := tx{state: otx.Bucket(q.b.state)}
-		s.Bytes = t.counter("bytes")
-		held := t.counter("count")
-		s.Dead = t.counter("dead")
-		s.Depth = held - s.Dead
-		msgs := otx.Bucket(q.b.msgs)
-		if k, v := msgs.Cursor().First(); k != nil {
-			id, err := parseID(k)
-			if err != nil {
-				return err
-			}
-			r, err := t.decode(msgs, id, v)
-			if err != nil {
-				return err
-			}
-			s.OldestAge = time.Duration(max(now-r.EnqueuedAt, 0))
-		}
-		err := otx.Bucket(q.b.index).ForEach(func(k, v []byte) error {
-			at, _, err := parseIndexKey(k)
-			if err != nil {
-				return err
-			}
-			leased := len(v) == 1 && v[0] == 1
-			switch {
-			case at <= now:
-				if s.Ready == 0 {
-					s.OldestVisibleAge = time.Duration(now - at)
-				}
-				s.Ready++
-			case leased:
-				s.InFlight++
-			default:
-				s.Delayed++
-			}
-			return nil
-		})
-		s.Waiting = s.Depth - s.Ready - s.InFlight - s.Delayed
-		return err
-	})
+	if err := q.checkOpen(); err != nil {
+		return Stats{}, q.wrap("stats", nil, err)
+	}
+	var s Stats
+	q.counters.into(&s)
+	err := q.db.View(func(otx *oncekv.Tx) error { return q.reader.gauges(otx, &s) })
 	return s, q.wrap("stats", nil, err)
+}
+
+// into copies the counters into s.
+func (c *counters) into(s *Stats) {
+	s.Enqueued, s.Duplicates, s.Acked = c.enqueued.Load(), c.duplicates.Load(), c.acked.Load()
+	s.Nacked, s.Expired, s.DeadLettered = c.nacked.Load(), c.expired.Load(), c.deadLettered.Load()
+	s.Redriven, s.Dropped = c.redriven.Load(), c.dropped.Load()
+}
+
+// gauges reads the queue's gauges in otx into s.
+func (v *View) gauges(otx *oncekv.Tx, s *Stats) error {
+	now := otx.Now().UnixNano()
+	state := otx.Bucket(v.b.state)
+	s.Bytes = readCounter(state, "bytes")
+	s.Dead = readCounter(state, "dead")
+	s.Depth = sub0(readCounter(state, "count"), s.Dead)
+	msgs := otx.Bucket(v.b.msgs)
+	if k, val := msgs.Cursor().First(); k != nil {
+		id, err := parseID(k)
+		if err != nil {
+			return err
+		}
+		r, err := decodeRecord(msgs, id, val)
+		if err != nil {
+			return err
+		}
+		s.OldestAge = time.Duration(max(now-r.EnqueuedAt, 0))
+	}
+	if k, _ := otx.Bucket(v.b.index).Cursor().First(); k != nil {
+		at, _, err := parseIndexKey(k)
+		if err != nil {
+			return err
+		}
+		if at <= now {
+			s.OldestVisibleAge = time.Duration(now - at)
+		}
+	}
+	sched, lease := otx.Bucket(v.b.sched), otx.Bucket(v.b.lease)
+	if sched == nil || lease == nil || readCounter(state, "layout") < layoutVersion {
+		g, err := v.scanIndex(otx, now)
+		s.Ready, s.InFlight, s.Delayed = g.Ready, g.InFlight, g.Delayed
+		s.Waiting = sub0(s.Depth, g.Ready+g.InFlight+g.Delayed)
+		return err
+	}
+	dueLeases, err := countDue(lease, now)
+	if err != nil {
+		return err
+	}
+	dueSched, err := countDue(sched, now)
+	if err != nil {
+		return err
+	}
+	index := readCounter(state, "index")
+	leased, scheduled := readCounter(state, "leased"), readCounter(state, "sched")
+	s.InFlight = sub0(leased, dueLeases)
+	s.Delayed = sub0(scheduled, dueSched)
+	s.Ready = sub0(index, leased+scheduled) + dueLeases + dueSched
+	s.Waiting = sub0(s.Depth, index)
+	return nil
+}
+
+// countDue counts the entries of a side index (.w or .l) that have come
+// due at now: those at its start.
+func countDue(side *oncekv.Bucket, now int64) (uint64, error) {
+	var n uint64
+	c := side.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		at, _, err := parseIndexKey(k)
+		if err != nil {
+			return n, err
+		}
+		if at > now {
+			break
+		}
+		n++
+	}
+	return n, nil
+}
+
+// scanIndex reads the whole index: the gauges of a queue without its
+// counts, and what Check compares the counts with.
+func (v *View) scanIndex(otx *oncekv.Tx, now int64) (Stats, error) {
+	var s Stats
+	err := otx.Bucket(v.b.index).ForEach(func(k, val []byte) error {
+		at, _, err := parseIndexKey(k)
+		if err != nil {
+			return err
+		}
+		leased := len(val) == 1 && val[0] == 1
+		switch {
+		case at <= now:
+			s.Ready++
+		case leased:
+			s.InFlight++
+		default:
+			s.Delayed++
+		}
+		return nil
+	})
+	return s, err
+}
+
+// sub0 is a-b, or 0 when b is larger: counters damaged on disk (which
+// Check reports) must not read as billions of messages.
+func sub0(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
 }

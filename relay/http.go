@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/oncekv/oncekv/queue"
 	"github.com/oncekv/oncekv/retry"
@@ -55,8 +58,11 @@ type HTTPOptions struct {
 // fencing token in Oncekv-Fence. The response is classified by
 // retry.HTTPStatus: 2xx is done; 408, 409 (the far side is still working
 // on the key), 429 and 5xx are retried, not before their Retry-After; 400,
-// 422 and every other status are permanent (dead letter). Network errors
-// are retried. A redirect that keeps the method and body (307, 308) is
+// 422 and every other status are permanent (dead letter). The error of a
+// status that is not 2xx ends with what the far side said (the title and
+// detail of a problem+json answer, else the start of its body; at most 256
+// bytes), which Nack keeps as the message's LastError: a dead letter says
+// why. Network errors are retried. A redirect that keeps the method and body (307, 308) is
 // followed; one that would turn the request into a body-less GET (301,
 // 302, 303) is a permanent ErrRedirect. A key that cannot travel as it is (a control character,
 // spaces at its ends) is a permanent ErrInvalidKey, sent to nobody.
@@ -123,9 +129,52 @@ func HTTPSender(client *http.Client, method, rawURL string, opts *HTTPOptions) (
 			return err // transient: the request may or may not have arrived
 		}
 		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
-		return retry.HTTPStatus(resp.StatusCode, resp.Header, o.Now())
+		var body bytes.Buffer
+		_, _ = io.Copy(&body, io.LimitReader(resp.Body, maxDrain))
+		err = retry.HTTPStatus(resp.StatusCode, resp.Header, o.Now())
+		if err == nil {
+			return nil
+		}
+		if why := answerExcerpt(resp.Header, body.Bytes()); why != "" {
+			err = fmt.Errorf("%w: %s", err, why)
+		}
+		return err
 	}, nil
+}
+
+// maxExcerpt bounds what HTTPSender's error (and so a dead letter's
+// LastError) repeats of the far side's answer.
+const maxExcerpt = 256
+
+// answerExcerpt is what an error answer said, for a person reading a dead
+// letter: the title and detail of an RFC 9457 problem (idemhttp's, among
+// others), else the start of the body; one line, valid UTF-8, at most
+// maxExcerpt bytes; "(replayed)" in front when the answer is a stored one
+// replayed by an idempotency layer (Idempotent-Replayed: true).
+func answerExcerpt(h http.Header, body []byte) string {
+	var why string
+	var p struct {
+		Title  string `json:"title"`
+		Detail string `json:"detail"`
+	}
+	if json.Unmarshal(body, &p) == nil && (p.Title != "" || p.Detail != "") {
+		why = p.Title
+		if p.Detail != "" && p.Detail != p.Title {
+			why = strings.TrimPrefix(why+": "+p.Detail, ": ")
+		}
+	} else {
+		why = string(body[:min(len(body), 4*maxExcerpt)])
+	}
+	why = strings.Join(strings.FieldsFunc(strings.ToValidUTF8(why, "?"), func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r)
+	}), " ")
+	if len(why) > maxExcerpt {
+		why = strings.ToValidUTF8(why[:maxExcerpt], "") + "…"
+	}
+	if why != "" && strings.EqualFold(h.Get("Idempotent-Replayed"), "true") {
+		why = "(replayed) " + why
+	}
+	return why
 }
 
 // maxRedirects is net/http's own limit, which a CheckRedirect of ours

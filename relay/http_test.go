@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,4 +171,101 @@ func TestRelayThroughHTTPKeepsKeyAcrossRetryAndRedrive(t *testing.T) {
 		fences[s.fence] = true
 	}
 	require.Len(t, fences, 3, "a new fence at every delivery")
+}
+
+// TestHTTPSenderErrorSaysWhatTheFarSideAnswered: a dead letter says why:
+// the title and detail of a problem+json answer, or the start of a plain
+// body, one bounded line, marked when the far side replayed a stored
+// answer; the error keeps its class (permanent, Retry-After).
+func TestHTTPSenderErrorSaysWhatTheFarSideAnswered(t *testing.T) {
+	answers := []func(w http.ResponseWriter){
+		func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = io.WriteString(w, `{"type":"about:blank","title":"Invalid note","status":422,"detail":"title must\nnot be empty"}`)
+		},
+		func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "down for maintenance\r\n"+strings.Repeat("x", 100_000))
+		},
+		func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadRequest) },
+	}
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		answers[n.Add(1)-1](w)
+	}))
+	defer srv.Close()
+	send, err := relay.HTTPSender(srv.Client(), "", srv.URL, nil)
+	require.NoError(t, err)
+	m := &queue.Message{Key: "k", Body: []byte("b")}
+
+	err = send(context.Background(), m)
+	require.True(t, retry.IsPermanent(err))
+	require.EqualError(t, err, "oncekv: http status 422 Unprocessable Entity: (replayed) Invalid note: title must not be empty")
+
+	err = send(context.Background(), m)
+	require.False(t, retry.IsPermanent(err))
+	d, ok := retry.RetryAfter(err)
+	require.True(t, ok)
+	require.Equal(t, 7*time.Second, d)
+	require.True(t, strings.HasPrefix(err.Error(), "oncekv: http status 503 Service Unavailable: down for maintenance xxx"), err.Error())
+	require.LessOrEqual(t, len(err.Error()), 400)
+	require.NotContains(t, err.Error(), "\n")
+
+	err = send(context.Background(), m)
+	require.EqualError(t, err, "oncekv: http status 400 Bad Request")
+}
+
+// TestRelayKeepsOrderThroughARedrivenDeadHead: the far side refuses
+// edit-1 of a note (422, its answer kept as the dead letter's reason);
+// edit-2 and edit-3 are held meanwhile; once the operator redrives edit-1,
+// the far side sees edit-1, edit-2, edit-3.
+func TestRelayKeepsOrderThroughARedrivenDeadHead(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, k := range []string{"edit-1", "edit-2", "edit-3"} {
+		_, err := e.q.Enqueue(context.Background(), queue.Message{Key: k, Body: []byte(k), OrderingKey: "note-7"})
+		require.NoError(t, err)
+	}
+	var mu sync.Mutex
+	var accepted []string
+	refused := false
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		key := r.Header.Get("Idempotency-Key")
+		if key == "edit-1" && !refused {
+			refused = true
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			_, _ = io.WriteString(w, `{"title":"Note locked","detail":"note-7 is being edited elsewhere"}`)
+			return
+		}
+		accepted = append(accepted, key)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	send, err := relay.HTTPSender(srv.Client(), "", srv.URL, nil)
+	require.NoError(t, err)
+	r := e.relay(t, send, &relay.Options{Workers: 3})
+	run := start(r.Run)
+	defer run.stop(t)
+	require.Eventually(t, func() bool { return r.Stats().DeadLettered == 1 }, 20*time.Second, time.Millisecond)
+	e.quiet(t)
+	mu.Lock()
+	require.Empty(t, accepted, "edit-2 and edit-3 wait for edit-1")
+	mu.Unlock()
+	dead, err := e.q.DeadLetters(0, 10)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, "edit-1", dead[0].Key)
+	require.Contains(t, dead[0].LastError, "422 Unprocessable Entity: Note locked: note-7 is being edited elsewhere")
+
+	_, err = e.q.Redrive(context.Background(), dead[0].ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return r.Stats().Sent == 3 }, 20*time.Second, time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"edit-1", "edit-2", "edit-3"}, accepted)
 }

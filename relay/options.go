@@ -38,9 +38,20 @@ type Options struct {
 	Grace time.Duration
 
 	// SendTimeout bounds one call of send. Default 10s; negative: no
-	// bound. Keep it below the queue's Visibility (30s by default), or a
-	// slow send loses its lease to another worker.
+	// bound. With heartbeats it may outlast the queue's Visibility; without
+	// them (Heartbeat negative) New refuses one that is not positive and
+	// shorter than the Visibility, since a send that outlives its lease
+	// would be sent again, at the same time, by another worker.
 	SendTimeout time.Duration
+
+	// Heartbeat is how often the lease of a message being sent is
+	// extended, by the queue's Visibility from then, on the queue's clock
+	// (its Options.Timer): a slow send keeps its message, and no other
+	// worker sends it meanwhile. If the lease is lost (taken over) or
+	// cannot be extended before it ends, the send's context is cancelled.
+	// Default: the queue's Visibility/3; it must be shorter than the
+	// Visibility. Negative: no heartbeat.
+	Heartbeat time.Duration
 
 	// Now is the clock of the default Budget and of Stats' ages. Default:
 	// the store's clock (the queue's DB().Now), so that a clock injected
@@ -52,12 +63,22 @@ type Options struct {
 	Rand rand.Source
 }
 
-func (o *Options) withDefaults() (Options, error) {
+func (o *Options) withDefaults(visibility time.Duration) (Options, error) {
 	var c Options
 	if o != nil {
 		c = *o
 	}
 	var errs []error
+	if c.Heartbeat == 0 {
+		c.Heartbeat = visibility / 3
+	}
+	switch {
+	case c.Heartbeat > 0 && c.Heartbeat >= visibility:
+		errs = append(errs, fmt.Errorf("heartbeat %v (Heartbeat): the queue's Visibility %v ends before the first beat", c.Heartbeat, visibility))
+	case c.Heartbeat < 0 && (c.SendTimeout < 0 || c.SendTimeout >= visibility || c.SendTimeout == 0 && DefaultSendTimeout >= visibility):
+		errs = append(errs, fmt.Errorf("send timeout %v (SendTimeout) without heartbeats: a send may outlive the queue's Visibility %v, "+
+			"and be sent again at the same time; give a shorter SendTimeout, or a Heartbeat", c.SendTimeout, visibility))
+	}
 	if c.Workers == 0 {
 		c.Workers = DefaultWorkers
 	}

@@ -65,7 +65,7 @@ func New(q *queue.Queue, send Sender, opts *Options) (*Relay, error) {
 		// injected or not.
 		given.Now = q.DB().Now
 	}
-	o, err := given.withDefaults()
+	o, err := given.withDefaults(q.Options().Visibility)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +222,7 @@ func (r *Relay) deliver(runCtx, sendCtx context.Context, i int, m *queue.Message
 	} else {
 		r.c.retried.Add(1)
 	}
-	err := r.callSend(sendCtx, m)
+	err := r.sendBeating(sendCtx, local, m)
 	if err == nil {
 		r.c.backoff.Store(0)
 		return r.settle(r.q.Ack(local, m), &r.c.sent)
@@ -249,6 +249,59 @@ func (r *Relay) deliver(runCtx, sendCtx context.Context, i int, m *queue.Message
 		}
 	}
 	return r.settle(nerr, &r.c.failed)
+}
+
+// sendBeating calls send while a heartbeat keeps m's lease: every
+// Options.Heartbeat it extends the lease by the queue's Visibility, and
+// it cancels the send when the lease is lost or about to end unextended.
+func (r *Relay) sendBeating(sendCtx, local context.Context, m *queue.Message) error {
+	if r.opts.Heartbeat < 0 {
+		return r.callSend(sendCtx, m)
+	}
+	ctx, cancel := context.WithCancelCause(sendCtx)
+	defer cancel(nil)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		r.beat(local, m, stop, cancel)
+	}()
+	defer func() { close(stop); <-done }()
+	return r.callSend(ctx, m)
+}
+
+// errLeaseLost cancels a send whose lease the heartbeat could not keep.
+var errLeaseLost = errors.New("oncekv: relay: the message's lease was lost while it was being sent")
+
+// beat extends m's lease every Options.Heartbeat until stop is closed.
+// It extends a copy of m: the send reads m meanwhile.
+func (r *Relay) beat(ctx context.Context, m *queue.Message, stop <-chan struct{}, lost context.CancelCauseFunc) {
+	held := *m
+	qo := r.q.Options()
+	c, stopTimer := qo.Timer(r.opts.Heartbeat)
+	defer func() { stopTimer() }()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c:
+		}
+		// The next beat is counted from this one, not from the end of
+		// the Extend's commit, so beats do not drift.
+		c, stopTimer = qo.Timer(r.opts.Heartbeat)
+		err := r.q.Extend(ctx, &held, qo.Visibility)
+		switch {
+		case err == nil:
+			r.c.extended.Add(1)
+		case errors.Is(err, oncekv.ErrFenced):
+			lost(fmt.Errorf("%w: %w", errLeaseLost, err))
+			return
+		case !r.opts.Now().Add(r.opts.Heartbeat).Before(held.LeaseUntil):
+			// The lease ends before the next beat: stop the send before
+			// another worker may take the message.
+			lost(fmt.Errorf("%w: %w", errLeaseLost, err))
+			return
+		}
+	}
 }
 
 // callSend calls send under Options.SendTimeout.

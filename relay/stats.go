@@ -16,6 +16,7 @@ type Stats struct {
 	BudgetExhausted uint64 // retries the budget refused: deferred unsent
 	Released        uint64 // received but not sent when Run stopped: deferred unsent
 	Fenced          uint64 // acks, nacks and defers refused: the lease was taken over
+	Extended        uint64 // heartbeats that extended the lease of a message being sent
 
 	// Backoff is a gauge: the longest delay the latest retry may wait, the
 	// policy's ceiling for its attempt or the error's Retry-After (capped
@@ -44,13 +45,14 @@ func (s Stats) Sub(old Stats) Stats {
 	s.BudgetExhausted -= old.BudgetExhausted
 	s.Released -= old.Released
 	s.Fenced -= old.Fenced
+	s.Extended -= old.Extended
 	s.Budget = s.Budget.Sub(old.Budget)
 	return s
 }
 
 type counters struct {
-	sent, retried, failed, deadLettered, budgetExhausted, released, fenced atomic.Uint64
-	backoff                                                                atomic.Int64
+	sent, retried, failed, deadLettered, budgetExhausted, released, fenced, extended atomic.Uint64
+	backoff                                                                          atomic.Int64
 }
 
 // Stats returns the relay's counters and gauges.
@@ -58,7 +60,7 @@ func (r *Relay) Stats() Stats {
 	c := &r.c
 	s := Stats{Sent: c.sent.Load(), Retried: c.retried.Load(), Failed: c.failed.Load(),
 		DeadLettered: c.deadLettered.Load(), BudgetExhausted: c.budgetExhausted.Load(),
-		Released: c.released.Load(), Fenced: c.fenced.Load(),
+		Released: c.released.Load(), Fenced: c.fenced.Load(), Extended: c.extended.Load(),
 		Backoff: time.Duration(c.backoff.Load()), Budget: r.opts.Budget.Stats()}
 	now := r.opts.Now()
 	r.mu.Lock()

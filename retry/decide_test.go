@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -75,7 +76,7 @@ func TestDecideReasons(t *testing.T) {
 func TestDecideUnlimitedAttempts(t *testing.T) {
 	r := newRetrier(t, 1, retry.Policy{MaxAttempts: -1})
 	now := time.Unix(0, 0)
-	for _, attempt := range []int{10, 1000, 1 << 40} {
+	for _, attempt := range []int{10, 1000, math.MaxInt} { // MaxInt: 1<<40 is no int on 32-bit platforms
 		d := r.Decide(context.Background(), attempt, errTransient, now)
 		require.Equal(t, retry.ReasonRetry, d.Reason)
 		require.Less(t, d.Delay, 5*time.Minute)

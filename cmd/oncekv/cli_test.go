@@ -54,7 +54,9 @@ func TestStatsJSON(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
 	require.EqualValues(t, 4, st.LiveMarks)
-	require.Equal(t, 3*time.Hour.Seconds(), st.Age)
+	// The oldest mark was first seen at t0+5m: its age, not its window's
+	// start (t0), which said 3h.
+	require.Equal(t, (3*time.Hour - 5*time.Minute).Seconds(), st.Age)
 	require.EqualValues(t, 1, st.Claims)
 	require.Equal(t, map[string]uint64{"DONE": 2, "FAILED": 1, "IN_PROGRESS": 1}, st.States)
 	require.Equal(t, map[string]uint64{"pay": 2, "email": 2}, st.Handlers)

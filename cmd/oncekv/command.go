@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/queue"
 )
 
 // Exit codes, as grep has them: 0 found, 1 not found, 2 trouble.
@@ -38,6 +39,8 @@ type command struct {
 	// once they are parsed: with the positional args, writing to out.
 	flags func(fs *flag.FlagSet) func(out io.Writer, args []string) error
 	nargs int // the number of positional arguments it takes
+	// moreArgs: it takes nargs or more (IDs after a queue's name).
+	moreArgs bool
 }
 
 // commands is every subcommand, by name.
@@ -76,19 +79,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case err != nil:
 		return exitError // flag has printed the problem and the usage
-	case len(pos) != c.nargs:
-		fmt.Fprintf(stderr, "oncekv %s: want %d arguments (%s), got %d\n", c.name, c.nargs, c.args, len(pos))
+	case len(pos) != c.nargs && !(c.moreArgs && len(pos) > c.nargs):
+		want := fmt.Sprint(c.nargs)
+		if c.moreArgs {
+			want = "at least " + want
+		}
+		fmt.Fprintf(stderr, "oncekv %s: want %s arguments (%s), got %d\n", c.name, want, c.args, len(pos))
 		fs.Usage()
 		return exitError
 	}
 	err = do(stdout, pos)
+	for _, clean := range cleanups {
+		clean()
+	}
+	cleanups = nil
 	var ue *usageError
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, errExitOne):
 		return exitNotFound
-	case errors.Is(err, oncekv.ErrNotFound):
+	case errors.Is(err, oncekv.ErrNotFound), errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrNoQueue):
 		fmt.Fprintln(stderr, err)
 		return exitNotFound
 	case errors.As(err, &ue):
@@ -130,7 +141,7 @@ func usage(w io.Writer) {
 	sort.Strings(names)
 	for _, name := range names {
 		c := commands[name]
-		fmt.Fprintf(w, "  %-8s %-17s %s\n", name, c.args, c.short)
+		fmt.Fprintf(w, "  %-11s %-17s %s\n", name, c.args, c.short)
 	}
 	fmt.Fprintln(w, "\nRun \"oncekv COMMAND -h\" for a command's flags.\nExit codes: 0 ok, 1 not found or problems found, 2 usage or error.")
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/queue"
 )
 
 func init() {
@@ -15,13 +16,36 @@ func init() {
 		args: "PATH", nargs: 1,
 		summary: "Check the file: bbolt's consistency check, then every system record's checksum and\n" +
 			"decoding (marks, filters, leases, fences, metadata), naming the bucket and key of each\n" +
-			"problem. Exit 1 on any problem.",
+			"problem, then every queue's records and counts. Exit 1 on any problem. PATH may be an\n" +
+			"admin handler's URL.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
 			sf.register(fs, true, false)
 			return func(out io.Writer, args []string) error { return runCheck(&sf, out, args[0]) }
 		},
 	})
+}
+
+// checkQueues checks every queue of db (queue.View.Check): its records,
+// and its counts against a scan.
+func checkQueues(db *oncekv.DB, report func(error) error) error {
+	names, err := queue.Names(db)
+	if err != nil {
+		return report(err)
+	}
+	for _, name := range names {
+		v, err := queue.NewView(db, name)
+		if err != nil {
+			if err := report(err); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := v.Check(report); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type problemJSON struct {
@@ -62,6 +86,9 @@ func runCheck(sf *storeFlags, out io.Writer, path string) (err error) {
 	}
 	defer closeInto(db, &err)
 	if err := db.Check(report); err != nil {
+		return err
+	}
+	if err := checkQueues(db, report); err != nil {
 		return err
 	}
 	if n > 0 {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"os"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
 )
 
 func init() {
@@ -19,7 +19,8 @@ func init() {
 			"new or empty; a load that fails removes a file it created. Marks keep their state,\n" +
 			"response and first-seen time; marks already expired by -retention are skipped, and\n" +
 			"so are claims in progress (their worker is on the other machine: those keys are\n" +
-			"applied afresh).",
+			"applied afresh). Token counters, key fences and versions and bucket sequences are\n" +
+			"raised to the dump's, so the new store issues no number the old one issued.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			sf := storeFlags{create: true}
 			sf.register(fs, false, true)
@@ -32,20 +33,18 @@ func init() {
 // few commits, and bounded memory whatever the size of the dump.
 const loadBatch = 1000
 
-// dumpLine is any line of a dump.
-type dumpLine struct {
-	markJSON
-	Bucket text  `json:"bucket"`
-	Value  *text `json:"value"`
-}
-
 // loader writes a dump into a store in batches.
 type loader struct {
 	db                   *oncekv.DB
 	marks                []oncekv.MarkInfo
-	kvs                  []dumpLine
+	kvs                  []*dumpfile.Line // every line but marks, in order
 	read, loaded, claims int
 	buckets, keys        int
+	fences, counters     int
+	// maxToken is the greatest token of the marks read, claims in
+	// progress included: a dump of a build that wrote no counters still
+	// moves the claim tokens past every one the far side may have seen.
+	maxToken uint64
 }
 
 func runLoad(sf *storeFlags, out io.Writer, path, file string) (err error) {
@@ -78,23 +77,25 @@ func runLoad(sf *storeFlags, out io.Writer, path, file string) (err error) {
 		return err
 	}
 	l := &loader{db: db}
-	dec := json.NewDecoder(in)
-	for line := 1; ; line++ {
-		var d dumpLine
-		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
+	r := dumpfile.NewReader(in)
+	for {
+		d, err := r.Next()
+		if errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return fmt.Errorf("oncekv: load: %s: object %d: %w", file, line, err)
+			return fmt.Errorf("oncekv: load: %s: %w", file, err)
 		}
-		if err := l.add(&d); err != nil {
-			return fmt.Errorf("oncekv: load: %s: object %d: %w", file, line, err)
+		if err := l.add(d); err != nil {
+			return fmt.Errorf("oncekv: load: %s: %w", file, err)
 		}
 	}
+	l.kvs = append(l.kvs, &dumpfile.Line{Type: dumpfile.TypeCounter, Last: l.maxToken})
+	l.counters-- // not the dump's
 	if err := errors.Join(l.flushMarks(), l.flushKVs()); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "loaded %d marks of %d (%d expired skipped), %d keys in %d buckets\n",
-		l.loaded, l.read, l.read-l.loaded, l.keys, l.buckets)
+	fmt.Fprintf(out, "loaded %d marks of %d (%d expired skipped), %d keys in %d buckets, %d fences of deleted keys, %d counters\n",
+		l.loaded, l.read, l.read-l.loaded, l.keys, l.buckets, l.fences, l.counters)
 	if l.claims > 0 {
 		fmt.Fprintf(warnings, "oncekv: warning: %d claims in progress not loaded: their keys will be applied afresh\n", l.claims)
 	}
@@ -114,29 +115,21 @@ func requireEmpty(db *oncekv.DB) error {
 	})
 }
 
-func (l *loader) add(d *dumpLine) error {
+func (l *loader) add(d *dumpfile.Line) error {
 	switch d.Type {
-	case lineMark:
-		if d.State == oncekv.MarkInProgress.String() {
+	case dumpfile.TypeMark:
+		l.maxToken = max(l.maxToken, d.Mark.Token)
+		if d.Mark.State == oncekv.MarkInProgress {
 			l.claims++
 			return nil
 		}
-		m, err := d.markInfo()
-		if err != nil {
-			return err
-		}
-		if l.marks = append(l.marks, m); len(l.marks) == loadBatch {
+		if l.marks = append(l.marks, d.Mark); len(l.marks) == loadBatch {
 			return l.flushMarks()
 		}
-	case lineBucket, lineKV:
-		if d.Type == lineKV && (d.Value == nil || d.Key == nil) {
-			return errors.New("a kv line needs a key and a value")
-		}
-		if l.kvs = append(l.kvs, *d); len(l.kvs) == loadBatch {
+	default:
+		if l.kvs = append(l.kvs, d); len(l.kvs) == loadBatch {
 			return l.flushKVs()
 		}
-	default:
-		return fmt.Errorf("unknown line type %q", d.Type)
 	}
 	return nil
 }
@@ -152,14 +145,8 @@ func (l *loader) flushMarks() error {
 func (l *loader) flushKVs() error {
 	err := l.db.Update(func(tx *oncekv.Tx) error {
 		for _, d := range l.kvs {
-			b, err := tx.CreateBucketIfNotExists(d.Bucket)
-			if err != nil {
+			if err := loadLine(tx, d); err != nil {
 				return err
-			}
-			if d.Type == lineKV {
-				if err := b.Put(d.Key, *d.Value); err != nil {
-					return err
-				}
 			}
 		}
 		return nil
@@ -169,11 +156,42 @@ func (l *loader) flushKVs() error {
 		return err
 	}
 	for _, d := range l.kvs {
-		if d.Type == lineKV {
+		switch d.Type {
+		case dumpfile.TypeKV:
 			l.keys++
-		} else {
+		case dumpfile.TypeBucket:
 			l.buckets++
+		case dumpfile.TypeFence:
+			l.fences++
+		case dumpfile.TypeCounter:
+			l.counters++
 		}
 	}
 	return nil
+}
+
+// loadLine writes a line other than a mark in tx: a bucket and its
+// sequence, a key with its value, fence and version, the fence of a
+// deleted key, a counter. Numbers are raised, never lowered.
+func loadLine(tx *oncekv.Tx, d *dumpfile.Line) error {
+	switch d.Type {
+	case dumpfile.TypeCounter:
+		return tx.RaiseTokenCounter(oncekv.TokenCounter{Resource: d.Resource, Last: d.Last})
+	case dumpfile.TypeFence:
+		return tx.RaiseKeyFence(oncekv.KeyFence{Bucket: d.Bucket, Key: d.Key, Fence: d.Fence, Version: d.Version})
+	}
+	b, err := tx.CreateBucketIfNotExists(d.Bucket)
+	if err != nil {
+		return err
+	}
+	if d.Type == dumpfile.TypeBucket {
+		return b.RaiseSequence(d.Sequence)
+	}
+	if err := b.Put(d.Key, d.Value); err != nil {
+		return err
+	}
+	if d.Fence == 0 && d.Version == 0 {
+		return nil
+	}
+	return tx.RaiseKeyFence(oncekv.KeyFence{Bucket: d.Bucket, Key: d.Key, Fence: d.Fence, Version: d.Version})
 }

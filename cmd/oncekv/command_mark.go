@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
 )
 
 func init() {
@@ -36,7 +37,7 @@ func runMark(sf *storeFlags, out io.Writer, args []string) (err error) {
 		return err
 	}
 	if sf.json {
-		return writeJSON(out, toMarkJSON(m))
+		return writeJSON(out, dumpfile.MarkOf(m))
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "handler\t%s\n", printable([]byte(m.Handler)))
@@ -44,7 +45,7 @@ func runMark(sf *storeFlags, out io.Writer, args []string) (err error) {
 	fmt.Fprintf(tw, "state\t%v\n", m.State)
 	fmt.Fprintf(tw, "first seen\t%s\n", stamp(m.FirstSeen))
 	fmt.Fprintf(tw, "window\t%s\n", stamp(m.Window))
-	fmt.Fprintf(tw, "fingerprint\t%x\n", m.Fingerprint[:storedFingerprint])
+	fmt.Fprintf(tw, "fingerprint\t%x\n", m.Fingerprint[:dumpfile.StoredFingerprint])
 	switch m.State {
 	case oncekv.MarkDone:
 		response := "(none)"

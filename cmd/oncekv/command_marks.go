@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
 )
 
 func init() {
@@ -28,7 +29,7 @@ func init() {
 			return func(out io.Writer, args []string) error {
 				filter := oncekv.MarkFilter{Handler: handler}
 				if state != "" {
-					if filter.State = states[state]; filter.State == 0 {
+					if filter.State = dumpfile.States[state]; filter.State == 0 {
 						return &usageError{fmt.Sprintf("-state %q: want DONE, FAILED or IN_PROGRESS", state)}
 					}
 				}
@@ -70,7 +71,7 @@ func listMarks(sf *storeFlags, out io.Writer, path string, filter oncekv.MarkFil
 		}
 		n++
 		if sf.json {
-			return writeJSON(out, toMarkJSON(m))
+			return writeJSON(out, dumpfile.MarkOf(m))
 		}
 		_, err := fmt.Fprintln(tw, row(m, now))
 		return err

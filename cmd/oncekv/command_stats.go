@@ -9,14 +9,18 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
+	"github.com/oncekv/oncekv/queue"
 )
 
 func init() {
 	register(&command{
 		name: "stats", short: "what the store holds: file, windows, marks, claims, buckets",
 		args: "PATH", nargs: 1,
-		summary: "Show what the store holds: file size and free space, windows, live marks and their\n" +
-			"age, claims in progress, marks per handler and state, user buckets and their keys.",
+		summary: "Show what the store holds: file size and free space, windows, live marks and the age\n" +
+			"of the oldest (by its first-seen time), claims in progress, marks per handler and state,\n" +
+			"queues (see queues for more) and user buckets with their keys. PATH may be an admin\n" +
+			"handler's URL.",
 		flags: func(fs *flag.FlagSet) func(io.Writer, []string) error {
 			var sf storeFlags
 			sf.register(fs, true, false)
@@ -48,6 +52,7 @@ type statsJSON struct {
 	States        map[string]uint64 `json:"marks_by_state"`
 	Handlers      map[string]uint64 `json:"marks_by_handler"`
 	Windows       []windowJSON      `json:"windows"`
+	Queues        []dumpfile.Queue  `json:"queues"`
 	Buckets       []bucketJSON      `json:"user_buckets"`
 }
 
@@ -59,8 +64,8 @@ type windowJSON struct {
 }
 
 type bucketJSON struct {
-	Name text `json:"name"`
-	Keys int  `json:"keys"`
+	Name dumpfile.Text `json:"name"`
+	Keys int           `json:"keys"`
 }
 
 func runStats(sf *storeFlags, out io.Writer, path string) (err error) {
@@ -76,10 +81,16 @@ func runStats(sf *storeFlags, out io.Writer, path string) (err error) {
 	// From the pages: bbolt computes Stats.File.FreeBytes at a writable
 	// commit, which a read-only open never makes.
 	j.File.FreeBytes = int64(st.File.FreePages+st.File.PendingPages) * int64(st.File.PageSize)
-	j.LiveMarks, j.OldestMarkAge = st.LiveMarks, st.OldestMarkAge.Seconds()
+	j.LiveMarks = st.LiveMarks
 	j.Windows = windowsJSON(st.Windows)
 	j.States, j.Handlers = map[string]uint64{}, map[string]uint64{}
+	// The oldest mark's own age, by its first-seen time: Stats.OldestMarkAge
+	// is that of its window's start, up to a WindowSpan older.
+	var oldest time.Time
 	err = db.Marks(oncekv.MarkFilter{}, func(m oncekv.MarkInfo) error {
+		if oldest.IsZero() || m.FirstSeen.Before(oldest) {
+			oldest = m.FirstSeen
+		}
 		j.States[m.State.String()]++
 		if _, ok := j.Handlers[m.Handler]; ok || len(j.Handlers) < maxHandlers {
 			j.Handlers[m.Handler]++
@@ -91,14 +102,51 @@ func runStats(sf *storeFlags, out io.Writer, path string) (err error) {
 	if err != nil {
 		return err
 	}
+	var markAge time.Duration
+	if !oldest.IsZero() {
+		markAge = max(db.Now().Sub(oldest), 0)
+	}
+	j.OldestMarkAge = markAge.Seconds()
 	j.Claims = j.States[oncekv.MarkInProgress.String()]
-	if j.Buckets, err = userBuckets(db); err != nil {
+	queueBuckets := map[string]bool{}
+	if j.Queues, err = queuesOf(db, queueBuckets); err != nil {
+		return err
+	}
+	if j.Buckets, err = userBuckets(db, queueBuckets); err != nil {
 		return err
 	}
 	if sf.json {
 		return writeJSON(out, j)
 	}
-	return printStats(out, &j, st.OldestMarkAge)
+	return printStats(out, &j, markAge)
+}
+
+// queueSuffixes are the buckets of a queue, after its name.
+var queueSuffixes = []string{".m", ".v", ".w", ".l", ".g", ".d", ".s"}
+
+// queuesOf returns the Stats of every queue of db, and marks its buckets
+// in buckets, so that they are not listed as user buckets.
+func queuesOf(db *oncekv.DB, buckets map[string]bool) ([]dumpfile.Queue, error) {
+	names, err := queue.Names(db)
+	if err != nil {
+		return nil, err
+	}
+	list := []dumpfile.Queue{}
+	for _, name := range names {
+		v, err := queue.NewView(db, name)
+		if err != nil {
+			return nil, err
+		}
+		st, err := v.Stats()
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, dumpfile.QueueOf(name, st))
+		for _, s := range queueSuffixes {
+			buckets["oncekv.queue."+name+s] = true
+		}
+	}
+	return list, nil
 }
 
 func windowsJSON(ws []oncekv.WindowStats) []windowJSON {
@@ -109,15 +157,18 @@ func windowsJSON(ws []oncekv.WindowStats) []windowJSON {
 	return out
 }
 
-// userBuckets counts the keys of every user bucket.
-func userBuckets(db *oncekv.DB) (list []bucketJSON, err error) {
+// userBuckets counts the keys of every user bucket but those of skip.
+func userBuckets(db *oncekv.DB, skip map[string]bool) (list []bucketJSON, err error) {
 	err = db.View(func(tx *oncekv.Tx) error {
 		return tx.ForEachBucket(func(name []byte) error {
+			if skip[string(name)] {
+				return nil
+			}
 			n := 0
 			if err := tx.Bucket(name).ForEach(func(_, _ []byte) error { n++; return nil }); err != nil {
 				return err
 			}
-			list = append(list, bucketJSON{Name: append(text{}, name...), Keys: n})
+			list = append(list, bucketJSON{Name: append(dumpfile.Text{}, name...), Keys: n})
 			return nil
 		})
 	})
@@ -150,6 +201,13 @@ func printStats(out io.Writer, j *statsJSON, age time.Duration) error {
 	sort.Strings(names)
 	for _, h := range names {
 		fmt.Fprintf(tw, "  %s\t%d marks\n", printable([]byte(h)), j.Handlers[h])
+	}
+	if len(j.Queues) > 0 {
+		fmt.Fprintf(tw, "\nqueues (%d)\n", len(j.Queues))
+		for _, q := range j.Queues {
+			fmt.Fprintf(tw, "  %s\t%d live (%d ready, %d in flight, %d delayed, %d waiting), %d dead\n",
+				q.Name, q.Depth, q.Ready, q.InFlight, q.Delayed, q.Waiting, q.Dead)
+		}
 	}
 	fmt.Fprintf(tw, "\nuser buckets (%d)\n", len(j.Buckets))
 	for _, b := range j.Buckets {

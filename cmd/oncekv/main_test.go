@@ -112,16 +112,30 @@ type result struct {
 // cli runs the oncekv binary with args.
 func cli(t testing.TB, args ...string) result {
 	t.Helper()
-	return cliIn(t, "", args...)
+	return cliAt(t, "", nil, args...)
 }
 
 // cliIn runs the oncekv binary with args in dir ("": this one).
 func cliIn(t testing.TB, dir string, args ...string) result {
 	t.Helper()
+	return cliAt(t, dir, nil, args...)
+}
+
+// cliEnv is cli with env added to the environment.
+func cliEnv(t testing.TB, env []string, args ...string) result {
+	t.Helper()
+	return cliAt(t, "", env, args...)
+}
+
+// cliAt runs the oncekv binary with args in dir ("": this one), env added
+// to the environment.
+func cliAt(t testing.TB, dir string, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -190,3 +204,6 @@ func killedStore(t *testing.T) string {
 func lines(s string) []string {
 	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 }
+
+// writeFile writes s to path.
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }

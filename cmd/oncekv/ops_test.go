@@ -238,7 +238,8 @@ func TestUsageAndExitCodes(t *testing.T) {
 	require.Contains(t, r.stdout, "commands:")
 	r = cli(t, "help")
 	require.Equal(t, 0, r.code)
-	for _, name := range []string{"stats", "mark", "marks", "claims", "release", "forget", "expire", "check", "compact", "backup", "dump", "load"} {
+	for _, name := range []string{"stats", "mark", "marks", "claims", "release", "forget", "expire", "check", "compact", "backup", "dump", "load",
+		"queues", "messages", "dead", "redrive", "dead-delete", "http"} {
 		require.Contains(t, r.stdout, "\n  "+name+" ")
 		h := cli(t, name, "-h")
 		require.Equal(t, 0, h.code, name)

@@ -25,6 +25,10 @@ type storeFlags struct {
 	// must be a real window, never fitted to the file as other commands'
 	// Retention is.
 	byRetention bool
+	// read: a read command, which also takes an admin handler's URL for
+	// PATH (see remote.go), with the headers of -header.
+	read    bool
+	headers headerFlag
 }
 
 // register adds the store flags to fs: a read command also gets -json,
@@ -38,13 +42,33 @@ func (s *storeFlags) register(fs *flag.FlagSet, read, retention bool) {
 	}
 	if read {
 		fs.BoolVar(&s.json, "json", false, "print JSON for scripts instead of text")
+		s.registerRemote(fs)
 	}
+}
+
+// registerRemote lets a command that only reads take an admin handler's
+// URL for PATH, with -header.
+func (s *storeFlags) registerRemote(fs *flag.FlagSet) {
+	s.read = true
+	fs.Var(&s.headers, "header", "with an admin handler's URL for PATH: a request header, \"Name: value\" (repeatable;\n"+
+		"$"+authEnv+" sets Authorization without putting it on the command line)")
 }
 
 // open opens the store at path. It runs no background expiry, and keeps
 // orphaned claims as they are (Options.KeepOrphanedClaims), so that a
 // command changes only what it was asked to and shows leases as written.
 func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
+	if isURL(path) {
+		if !readOnly || !s.read {
+			return nil, &usageError{fmt.Sprintf("%s: an admin handler's URL serves the read commands; "+
+				"this one writes: run it on the file, with the program stopped", path)}
+		}
+		local, err := s.fetch(path)
+		if err != nil {
+			return nil, err
+		}
+		path = local
+	}
 	opts := &oncekv.Options{
 		ReadOnly:           readOnly,
 		Retention:          s.retention,
@@ -74,6 +98,8 @@ func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
 	for {
 		db, err := oncekv.Open(path, opts)
 		switch {
+		case errors.Is(err, oncekv.ErrLocked):
+			return nil, lockedError(path, err)
 		case !errors.Is(err, oncekv.ErrInvalidOptions):
 			return db, err
 		case s.retention != 0:
@@ -89,6 +115,17 @@ func (s *storeFlags) open(path string, readOnly bool) (*oncekv.DB, error) {
 		// fits it to a store of short windows in a few tries.
 		opts.Retention /= 2
 	}
+}
+
+// lockedError is ErrLocked as an operator needs it: a running process
+// holds the file, and the two ways to read it anyway.
+func lockedError(path string, err error) error {
+	return fmt.Errorf("%w\n"+
+		"%s is held open by a running process (bbolt's file lock): that process owns it while it runs. Two ways out:\n"+
+		"  - give the URL of that process's admin handler (package admin) instead of the path, e.g.\n"+
+		"    oncekv stats http://127.0.0.1:8080/debug/oncekv (the read commands fetch a consistent copy from it);\n"+
+		"  - or run the command on a backup: the admin handler's /backup, or DB.BackupFile called by the program.\n"+
+		"Commands that write (redrive, release, forget, expire, load) need the program stopped", err, path)
 }
 
 // closeInto closes db, keeping the first error in *err.

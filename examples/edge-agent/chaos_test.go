@@ -63,7 +63,11 @@ func childAgent(path string) int {
 		// NoSync: SIGKILL keeps what the kernel was given; power loss is
 		// another test.
 		Store: &oncekv.Options{NoSync: true},
-		Queue: &queue.Options{Visibility: 3 * time.Second,
+		// KeepOrphanedLeases: the check holds every retry to the server's
+		// Retry-After across kills too, and a lease released at the next
+		// Open would send at once an attempt whose 503 the killed process
+		// got but never recorded; waiting the 3s lease out honours the 1s.
+		Queue: &queue.Options{Visibility: 3 * time.Second, KeepOrphanedLeases: true,
 			Retry: &retry.Policy{Base: 200 * time.Millisecond, Cap: 2 * time.Second, MaxAttempts: -1}},
 		Relay: &relay.Options{Workers: 4, SendTimeout: time.Second, Budget: budget},
 	})
