@@ -3,7 +3,6 @@ package oncekv
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"math"
 	"runtime"
 	"time"
@@ -229,11 +228,8 @@ func (db *DB) settle(o *op) (Result, error) {
 // op stays on the stack.
 func (db *DB) settleOutcome(ctx context.Context, handler, key string, kind outcome, res Result, err error) (Result, error) {
 	db.stats.count(handler, kind)
-	if kind == outcomeDuplicate && db.log.Enabled(ctx, slog.LevelInfo) {
-		db.log.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
-			slog.String("handler", handler),
-			slog.String("key", key),
-			slog.Duration("age", db.clock.last().Sub(res.FirstSeen)))
+	if kind == outcomeDuplicate || kind == outcomeFailedReplayed {
+		db.noteDuplicate(ctx, handler, key, kind, &res)
 	}
 	if err == nil {
 		return res, nil

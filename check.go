@@ -18,7 +18,7 @@ import (
 // disk error, calling fn with each problem until fn returns an error, which
 // Check returns: bbolt's structure (each problem wraps ErrCorrupt), then
 // every system record (format, span, expiry, marks, persisted filters,
-// lease ends, fences) and every user value's fence header, each problem a
+// lease ends, parked keys, fences) and every user value's fence header, each problem a
 // *RecordError naming bucket and key. It writes nothing, works read-only,
 // reads every page in one read transaction, and fn must not call other DB
 // methods. A sound file never calls fn.
@@ -42,7 +42,7 @@ func (db *DB) Check(fn func(problem error) error) error {
 					return err
 				}
 			}
-			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkFilters, checkLeases, checkFences, checkFenceHeaders} {
+			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkFilters, checkLeases, db.checkParked, checkFences, checkFenceHeaders} {
 				if err := check(btx, report); err != nil {
 					return err
 				}
@@ -97,6 +97,27 @@ func checkFilters(btx *bolt.Tx, report func(error) error) error {
 		return err
 	}
 	return layout.CheckNewestFilter(btx, decode, report)
+}
+
+// checkParked decodes the parked keys' index, and checks that each entry
+// names a PARKED mark of its key.
+func (db *DB) checkParked(btx *bolt.Tx, report func(error) error) error {
+	n := uint64(0)
+	err := layout.ForEachParked(btx, func(mkey []byte, p layout.ParkedEntry) error {
+		n++
+		if _, err := db.parkedMark(btx, mkey, p); err != nil {
+			return report(err)
+		}
+		return nil
+	})
+	if err != nil {
+		return report(err) // an entry that does not decode ends the walk
+	}
+	if c := layout.CountParked(btx); c != n {
+		return report(&RecordError{Bucket: string(layout.ParkedRoot), Key: "sequence",
+			Err: fmt.Errorf("it counts %d keys, the index holds %d", c, n)})
+	}
+	return nil
 }
 
 // checkLeases decodes every window's recorded lease end.

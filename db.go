@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -57,6 +58,9 @@ type DB struct {
 	// orphansUpTo is the last claim token issued before this Open (see
 	// orphan.go); 0 with Options.KeepOrphanedClaims.
 	orphansUpTo uint64
+	// parkedKeys is Stats.ParkedKeys: the parked keys' index's count at
+	// Open, moved after each commit that parks or resolves one.
+	parkedKeys atomic.Int64
 
 	// expireMu lets one Expire run at a time.
 	expireMu sync.Mutex

@@ -62,9 +62,13 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	if floor > db.live.Floor() {
 		// The clock's high-water mark is saved with the floor.
 		var high int64
-		if err := db.expireTx(st, func(btx *bolt.Tx) error {
+		if err := db.expireTx(st, func(w *writeTx) error {
+			// Parked keys first: they are kept until resolved.
+			if err := w.carryParkedLocked(floor); err != nil {
+				return err
+			}
 			high = db.clock.read().UnixNano()
-			return layout.WriteExpiry(btx, layout.Expiry{Floor: floor, ClockHigh: high})
+			return layout.WriteExpiry(w.btx, layout.Expiry{Floor: floor, ClockHigh: high})
 		}, func() {
 			db.live.DropBelow(floor)
 			db.clockSaved = high // learned under the write lock, as saveClockLocked's
@@ -93,8 +97,8 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 				return err
 			}
 			var deleted int
-			err := db.expireTx(st, func(btx *bolt.Tx) (err error) {
-				deleted, gone, err = layout.ExpireSome(btx, start, db.opts.ExpireStep)
+			err := db.expireTx(st, func(w *writeTx) (err error) {
+				deleted, gone, err = layout.ExpireSome(w.btx, start, db.opts.ExpireStep)
 				return err
 			}, nil)
 			if err != nil {
@@ -111,7 +115,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 
 // expireTx runs one expiry transaction under the write lock, then learned
 // (if any) before releasing it, and records how long the lock was held.
-func (db *DB) expireTx(st *ExpireStats, fn func(btx *bolt.Tx) error, learned func()) error {
+func (db *DB) expireTx(st *ExpireStats, fn func(w *writeTx) error, learned func()) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock() // released on every exit, a panic in fn or learned included
 	held := time.Now()
@@ -119,7 +123,7 @@ func (db *DB) expireTx(st *ExpireStats, fn func(btx *bolt.Tx) error, learned fun
 		st.LongestStep = max(st.LongestStep, time.Since(held))
 		st.Steps++
 	}()
-	err := db.writeLocked(func(w *writeTx) error { return fn(w.btx) })
+	err := db.writeLocked(fn)
 	if err == nil && learned != nil {
 		learned()
 	}

@@ -30,6 +30,8 @@ const (
 	DefaultInitialMmapSize = 1 << (26 + 4*(bits.UintSize/64))
 	// DefaultMaxHandlerStats is the default of Options.MaxHandlerStats.
 	DefaultMaxHandlerStats = 1000
+	// DefaultMaxParked is the default of Options.MaxParked.
+	DefaultMaxParked = 10000
 )
 
 // MaxWindows is the most windows Retention may span (Retention/WindowSpan):
@@ -117,6 +119,14 @@ type Options struct {
 	// about 340 bytes plus its name. Default 1000; negative keeps none.
 	MaxHandlerStats int
 
+	// MaxParked caps the keys parked at once, waiting for an operator
+	// (DB.ClaimWith's probe, DB.Parked). A parked key costs its mark and an
+	// index record on disk, and every expiry that would drop its window
+	// moves it to the newest one; past the cap a probe's OutcomeUnknown
+	// returns ErrParkFull and parks nothing (docs/design/probe.md). Default
+	// 10000; negative parks none.
+	MaxParked int
+
 	// Logger receives "duplicate suppressed" at info level and other
 	// events. Default: nothing is logged.
 	Logger *slog.Logger
@@ -164,6 +174,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.MaxHandlerStats == 0 {
 		c.MaxHandlerStats = DefaultMaxHandlerStats
+	}
+	if c.MaxParked == 0 {
+		c.MaxParked = DefaultMaxParked
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

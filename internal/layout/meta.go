@@ -154,7 +154,7 @@ func readFormat(meta *bolt.Bucket) (Format, error) {
 // Upgrade moves a file of an older format to the current one, so that
 // older builds refuse it from then on: a version 1 file would have its
 // stored span ignored by them, a version 2 file its marks of format 3
-// misread. It records span as the file's window span (a version 2 file
+// misread, a version 3 file its parked keys and tombstones ignored. It records span as the file's window span (a version 2 file
 // has it already: the same value is written back), creates the filters
 // bucket if the file lacks it, and writes the new format version. Marks
 // are not rewritten: old ones still decode, and new ones are written in

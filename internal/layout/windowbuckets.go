@@ -14,6 +14,9 @@ import (
 type FoundMark struct {
 	Mark
 	Window int64 // start of its window, Unix nanoseconds
+	// Tombstone: the mark is a tombstone's (see tombstones.go): State and
+	// an approximate FirstSeen only, no fingerprint, no response.
+	Tombstone bool
 }
 
 // FindMark looks for the mark of mkey (see [MarkKey]) in every window that

@@ -1,0 +1,141 @@
+package oncekv
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// The window advisor: how old each duplicate was when it came (its time
+// less its key's FirstSeen), per handler, in Stats.DuplicateAges and in the
+// report a clean Close saves for `oncekv advise` (DB.WindowReport).
+// Duplicates that come close to Retention say the window is too short
+// before any is lost (docs/window.md).
+
+// AgeBuckets is the length of AgeHistogram.Buckets.
+const AgeBuckets = 28
+
+const day = 24 * time.Hour
+
+// ageBounds span a retry within the second to a redelivery a year later,
+// a day apart around the default Retention of 7 days.
+var ageBounds = [AgeBuckets]time.Duration{
+	time.Second, 10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute, 30 * time.Minute,
+	time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour,
+	day, 2 * day, 3 * day, 4 * day, 5 * day, 6 * day, 7 * day, 10 * day, 14 * day, 21 * day,
+	30 * day, 45 * day, 60 * day, 90 * day, 180 * day, 365 * day,
+}
+
+// AgeBounds returns the upper bounds of AgeHistogram's buckets: 1s, 10s,
+// 30s, 1m, 5m, 15m, 30m, 1h, 2h, 3h, 6h, 12h, 1d, 2d, ... 7d, 10d, 14d,
+// 21d, 30d, 45d, 60d, 90d, 180d, 365d. The array is a copy.
+func AgeBounds() [AgeBuckets]time.Duration { return ageBounds }
+
+// AgeHistogram is a cumulative histogram of duplicates' ages, in the
+// fixed buckets of AgeBounds, as Prometheus takes them: Buckets[i] counts
+// the ages at most AgeBounds()[i], and Count is the +Inf bucket.
+type AgeHistogram struct {
+	Count   uint64
+	Buckets [AgeBuckets]uint64
+	// Sum is the total of the Count ages.
+	Sum time.Duration
+	// Max is the oldest age seen; a Sub keeps the later snapshot's.
+	Max time.Duration
+}
+
+// Sub returns h - other, bucket by bucket, for the duplicates between two
+// snapshots; Max is h's.
+func (h AgeHistogram) Sub(other AgeHistogram) AgeHistogram {
+	d := AgeHistogram{Count: h.Count - other.Count, Sum: h.Sum - other.Sum, Max: h.Max}
+	for i := range d.Buckets {
+		d.Buckets[i] = h.Buckets[i] - other.Buckets[i]
+	}
+	return d
+}
+
+// add returns h + other.
+func (h AgeHistogram) add(other AgeHistogram) AgeHistogram {
+	h.Count += other.Count
+	h.Sum += other.Sum
+	h.Max = max(h.Max, other.Max)
+	for i := range h.Buckets {
+		h.Buckets[i] += other.Buckets[i]
+	}
+	return h
+}
+
+// Quantile returns an upper bound of the q-th quantile (0 < q <= 1) of
+// the ages: the bound of the first bucket holding that share of them, or
+// Max when that is lower or the quantile is past the last bound. Zero for
+// an empty histogram.
+func (h AgeHistogram) Quantile(q float64) time.Duration {
+	if h.Count == 0 {
+		return 0
+	}
+	rank := uint64(q * float64(h.Count))
+	if float64(rank) < q*float64(h.Count) || rank == 0 {
+		rank++ // the ceiling: the rank-th smallest age, counting from 1
+	}
+	i := sort.Search(AgeBuckets, func(i int) bool { return h.Buckets[i] >= rank })
+	if i == AgeBuckets {
+		return h.Max
+	}
+	return min(ageBounds[i], h.Max)
+}
+
+// ageCounter is AgeHistogram's concurrent form: each bucket counts its own
+// ages (one atomic add per duplicate, on the fast path), made cumulative
+// by snapshot.
+type ageCounter struct {
+	buckets      [AgeBuckets + 1]atomic.Uint64 // the last one is past every bound
+	sum, highest atomic.Int64
+}
+
+// observe counts one duplicate of age a (a negative one, from a clock set
+// back, as zero).
+func (c *ageCounter) observe(a time.Duration) {
+	a = max(a, 0)
+	c.buckets[sort.Search(AgeBuckets, func(i int) bool { return a <= ageBounds[i] })].Add(1)
+	c.sum.Add(int64(a))
+	for {
+		m := c.highest.Load()
+		if int64(a) <= m || c.highest.CompareAndSwap(m, int64(a)) {
+			return
+		}
+	}
+}
+
+// snapshot returns the ages counted so far. Its fields are read one by one,
+// so a snapshot taken while duplicates are counted may be off by those.
+func (c *ageCounter) snapshot() AgeHistogram {
+	var h AgeHistogram
+	var run uint64
+	for i := range AgeBuckets {
+		run += c.buckets[i].Load()
+		h.Buckets[i] = run
+	}
+	h.Count = run + c.buckets[AgeBuckets].Load()
+	h.Sum, h.Max = time.Duration(c.sum.Load()), time.Duration(c.highest.Load())
+	return h
+}
+
+// noteDuplicate counts a duplicate's age and, when a tombstone answered
+// it, the tombstone duplicate, and logs it: at info ("duplicate
+// suppressed"), or at warn when its response had expired, the sign of a
+// Retention shorter than the handler's redeliveries.
+func (db *DB) noteDuplicate(ctx context.Context, handler, key string, kind outcome, res *Result) {
+	age := db.clock.last().Sub(res.FirstSeen)
+	db.stats.countersOf(handler).ages.observe(age)
+	switch {
+	case res.ResponseExpired:
+		db.stats.countExtra(handler, countTombstone)
+		db.log.LogAttrs(ctx, slog.LevelWarn, "duplicate answered from a tombstone: its stored response had expired",
+			slog.String("handler", handler), slog.String("key", key), slog.Duration("age", age),
+			slog.Duration("retention", db.opts.Retention))
+	case kind == outcomeDuplicate && db.log.Enabled(ctx, slog.LevelInfo):
+		db.log.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
+			slog.String("handler", handler), slog.String("key", key), slog.Duration("age", age))
+	}
+}
