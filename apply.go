@@ -221,6 +221,9 @@ func (db *DB) settle(o *op) (Result, error) {
 	if o.kind == outcomeApplied {
 		defer runHooks(o.hooks)
 	}
+	if o.kind == outcomeApplied || o.kind == outcomeFailedRecorded {
+		db.noteIfLate(o.ctx, o.req.Handler, o.req.Key, o.mhash)
+	}
 	return db.settleOutcome(o.ctx, o.req.Handler, o.req.Key, o.kind, o.res, o.err)
 }
 

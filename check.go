@@ -17,8 +17,8 @@ import (
 // Check verifies the whole file, for an operator after a power cut or a
 // disk error, calling fn with each problem until fn returns an error, which
 // Check returns: bbolt's structure (each problem wraps ErrCorrupt), then
-// every system record (format, span, expiry, marks, persisted filters,
-// lease ends, parked keys, fences) and every user value's fence header, each problem a
+// every system record (format, span, expiry, marks, tombstones, persisted
+// filters, lease ends, parked keys, fences) and every user value's fence header, each problem a
 // *RecordError naming bucket and key. It writes nothing, works read-only,
 // reads every page in one read transaction, and fn must not call other DB
 // methods. A sound file never calls fn.
@@ -42,7 +42,7 @@ func (db *DB) Check(fn func(problem error) error) error {
 					return err
 				}
 			}
-			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkFilters, checkLeases, db.checkParked, checkFences, checkFenceHeaders} {
+			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkTombs, checkFilters, checkLeases, db.checkParked, checkFences, checkFenceHeaders} {
 				if err := check(btx, report); err != nil {
 					return err
 				}
@@ -97,6 +97,20 @@ func checkFilters(btx *bolt.Tx, report func(error) error) error {
 		return err
 	}
 	return layout.CheckNewestFilter(btx, decode, report)
+}
+
+// checkTombs decodes every chunk of every tombstone window and checks its
+// count.
+func checkTombs(btx *bolt.Tx, report func(error) error) error {
+	return layout.ForEachTombWindow(btx, func(start int64, b *bolt.Bucket) error {
+		n := uint64(0)
+		err := layout.ForEachTomb(b, start, func([layout.TombHashSize]byte, *layout.FoundMark) error { n++; return nil }, report)
+		if err == nil && n != layout.TombCount(b) {
+			err = report(&RecordError{Bucket: string(layout.TombPrefix) + time.Unix(0, start).UTC().Format(time.RFC3339), Key: "sequence",
+				Err: fmt.Errorf("it counts %d tombstones, the chunks hold %d", layout.TombCount(b), n)})
+		}
+		return err
+	})
 }
 
 // checkParked decodes the parked keys' index, and checks that each entry

@@ -107,6 +107,8 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 		c.mu.state, c.mu.result = claimDone, res
 	case c.mu.prev != nil:
 		db.stats.countExtra(req.Handler, countTakeover)
+	default:
+		db.noteIfLate(ctx, req.Handler, req.Key, o.mhash)
 	}
 	return c, nil
 }

@@ -26,14 +26,14 @@ func (db *DB) Close() error {
 		// resumes from what this store acted on.
 		db.closing = true
 		err := db.write(func(w *writeTx) error { return save.put(db, w) })
-		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0) {
+		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0 || save.ghostsDirty) {
 			db.log.Warn("closing without saving the Bloom filters", "path", db.path, "err", err)
 			save = closeSave{clock: true}
 			err = db.write(func(w *writeTx) error { return save.put(db, w) })
 		}
 		if err != nil {
 			db.log.Warn("closing without saving what the next Open needs", "path", db.path,
-				"clock", save.clock, "filters", save.newest != nil || len(save.sealed) > 0, "err", err)
+				"clock", save.clock, "filters", save.newest != nil || len(save.sealed) > 0 || save.ghostsDirty, "err", err)
 		}
 	}
 	return db.bolt.Close()
@@ -48,6 +48,9 @@ type closeSave struct {
 	newest *windowFilter
 	// sealed: filters of sealed windows that Open had to rebuild.
 	sealed []windowFilter
+	// ghosts: the ghost filters (ghosts.go), when they changed.
+	ghosts      []layout.Ghost
+	ghostsDirty bool
 }
 
 // windowFilter is a window's start and its in-memory filter.
@@ -73,8 +76,9 @@ func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 				save.sealed = append(save.sealed, windowFilter{start, w.Filter})
 			}
 		}
+		save.ghosts, save.ghostsDirty = db.ghostsToSave()
 	}
-	return save, save.clock || save.newest != nil || len(save.sealed) > 0
+	return save, save.clock || save.newest != nil || len(save.sealed) > 0 || save.ghostsDirty
 }
 
 // put writes save in w, stamping the newest window's filter with w's
@@ -83,6 +87,11 @@ func (save closeSave) put(db *DB, w *writeTx) error {
 	if save.clock {
 		err := layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.live.Floor(), ClockHigh: w.now.UnixNano()})
 		if err != nil {
+			return err
+		}
+	}
+	if save.ghostsDirty {
+		if err := layout.PutGhosts(w.btx, save.ghosts); err != nil {
 			return err
 		}
 	}

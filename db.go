@@ -37,6 +37,10 @@ type DB struct {
 	current *writeTx
 	// live are the live dedup windows and their filters.
 	live *windowset.Set
+	// tombs are the tombstone windows and their filters (tombstones.go).
+	tombs *windowset.Set
+	// ghosts are the filters of expired keys (ghosts.go).
+	ghosts ghostSet
 	// dups caches final marks for the duplicate fast path (see cache.go).
 	dups dupcache.Cache
 	// clock is Options.Now, never going backwards.

@@ -6,6 +6,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/windowset"
 )
@@ -23,6 +24,13 @@ type ExpireStats struct {
 	LongestStep time.Duration
 	// Duration is the wall time of the whole call.
 	Duration time.Duration
+	// Tombstones is the number of tombstones the windows left, with
+	// Options.TombstoneRetention.
+	Tombstones uint64
+	// TombstoneWindows and TombstonesDropped count the tombstone windows
+	// deleted, past TombstoneRetention, and their tombstones.
+	TombstoneWindows  int
+	TombstonesDropped uint64
 }
 
 // Expire drops every window whose newest possible mark is older than
@@ -55,25 +63,28 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	// The earlier of the store's time and the raw reading (docs/design/clock.md).
 	store, raw := db.clock.readRaw()
 	now := min(store.UnixNano(), raw.UnixNano())
+	db.rotateGhosts(now)
+	due := db.expirable(now)
 	floor := db.live.Floor()
-	for _, w := range db.expirable(now) {
+	for _, w := range due {
 		floor = max(floor, db.windowConfig.End(w.Start))
 	}
 	if floor > db.live.Floor() {
-		// The clock's high-water mark is saved with the floor.
-		var high int64
-		if err := db.expireTx(st, func(w *writeTx) error {
-			// Parked keys first: they are kept until resolved.
-			if err := w.carryParkedLocked(floor); err != nil {
+		// Parked keys first: they are kept until resolved.
+		carry := func(w *writeTx) error { return w.carryParkedLocked(floor) }
+		if !db.tombsOn() {
+			if err := db.raiseFloor(st, floor, carry); err != nil {
 				return err
 			}
-			high = db.clock.read().UnixNano()
-			return layout.WriteExpiry(w.btx, layout.Expiry{Floor: floor, ClockHigh: high})
-		}, func() {
-			db.live.DropBelow(floor)
-			db.clockSaved = high // learned under the write lock, as saveClockLocked's
-		}); err != nil {
-			return err
+		} else {
+			if err := db.expireTx(st, carry, nil); err != nil {
+				return err
+			}
+			for _, w := range due {
+				if err := db.tombstoneWindow(ctx, st, w); err != nil {
+					return err
+				}
+			}
 		}
 	}
 
@@ -98,7 +109,7 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 			}
 			var deleted int
 			err := db.expireTx(st, func(w *writeTx) (err error) {
-				deleted, gone, err = layout.ExpireSome(w.btx, start, db.opts.ExpireStep)
+				deleted, gone, err = layout.ExpireSome(w.btx, start, db.opts.ExpireStep, func(mkey []byte) { db.ghostAdd(bloom.Sum64(mkey)) })
 				return err
 			}, nil)
 			if err != nil {
@@ -110,7 +121,26 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		st.Windows++
 		db.stats.expiredWindows.Add(1)
 	}
-	return nil
+	return db.expireTombs(st, now)
+}
+
+// raiseFloor raises the expiry floor to floor in one small transaction,
+// after first (if not nil) in the same one, so that the windows below it
+// stop answering at once. The clock's high-water mark is saved with it.
+func (db *DB) raiseFloor(st *ExpireStats, floor int64, first func(w *writeTx) error) error {
+	var high int64
+	return db.expireTx(st, func(w *writeTx) error {
+		if first != nil {
+			if err := first(w); err != nil {
+				return err
+			}
+		}
+		high = db.clock.read().UnixNano()
+		return layout.WriteExpiry(w.btx, layout.Expiry{Floor: floor, ClockHigh: high})
+	}, func() {
+		db.live.DropBelow(floor)
+		db.clockSaved = high // learned under the write lock, as saveClockLocked's
+	})
 }
 
 // expireTx runs one expiry transaction under the write lock, then learned

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -77,6 +78,10 @@ type MarkInfo struct {
 	Takeovers int
 	// ParkedAt is when a PARKED mark was parked; zero otherwise.
 	ParkedAt time.Time
+	// Tombstone: what is left of a DONE or FAILED mark after Retention
+	// (Options.TombstoneRetention): its state, FirstSeen to the minute and
+	// Window; no fingerprint, response, error or token.
+	Tombstone bool
 	// ClaimKey is Claim.Key of this (handler, key).
 	ClaimKey string
 	// Released: an IN_PROGRESS mark any Claim or Apply may take over at once
@@ -203,6 +208,7 @@ func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) Ma
 		ClaimKey:    claimKey(mkey),
 		Orphaned:    db.isOrphan(m),
 		Takeovers:   int(m.Takeovers),
+		Tombstone:   m.Tombstone,
 	}
 	if m.State == layout.InProgress || m.State == layout.Parked {
 		info.AttemptStarted = attemptOf(&Request{}, &m.Mark).Started
@@ -406,10 +412,19 @@ func (db *DB) Forget(handler, key string) error {
 	if err != nil {
 		return requestError("forget", &req, err)
 	}
+	tomb := int64(math.MinInt64)
 	err = db.write(func(w *writeTx) error {
+		tomb = math.MinInt64
 		m, err := db.findMark(w.btx, o.mkey)
 		if err != nil || m == nil {
 			return err
+		}
+		if m.Tombstone {
+			if deleted, err := w.deleteTomb(m.Window, o.mkey); err != nil || !deleted {
+				return err
+			}
+			tomb = m.Window
+			return nil
 		}
 		switch {
 		case m.State == layout.InProgress && w.now.UnixNano() < m.LeaseUntil:
@@ -421,6 +436,9 @@ func (db *DB) Forget(handler, key string) error {
 	})
 	if err != nil {
 		return requestError("forget", &req, err)
+	}
+	if tomb != math.MinInt64 {
+		db.tombForgotten(tomb)
 	}
 	return nil
 }

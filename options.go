@@ -63,6 +63,16 @@ type Options struct {
 	// most MaxWindows times it. It may change between Opens.
 	Retention time.Duration
 
+	// TombstoneRetention, when not zero, keeps a tombstone of every final
+	// mark after Retention, until TombstoneRetention after its window: a
+	// duplicate that meets one is still suppressed, without its response
+	// (Result.ResponseExpired), at about 22 bytes a key instead of the
+	// mark's (docs/window.md). Default 0: off, marks expire after
+	// Retention. Otherwise more than Retention, and at most MaxWindows
+	// times WindowSpan, as each tombstone window costs a look-up of an
+	// unseen key a filter probe. It may change between Opens.
+	TombstoneRetention time.Duration
+
 	// WindowSpan is the width of a window of marks. A file keeps the span it
 	// was created with: zero means the file's (1h for a new file), another
 	// value is refused with ErrInvalidOptions.
@@ -202,6 +212,9 @@ func (o *Options) validate() error {
 	if o.ExpireStep < 0 {
 		bad("ExpireStep", o.ExpireStep, "must be positive (zero means the default)")
 	}
+	if o.TombstoneRetention < 0 {
+		bad("TombstoneRetention", o.TombstoneRetention, "must not be negative (zero means no tombstones)")
+	}
 	if o.MaxGroupSize < 0 {
 		bad("MaxGroupSize", o.MaxGroupSize, "must be positive (zero means the default)")
 	}
@@ -231,6 +244,16 @@ func (o *Options) validateWindows() error {
 		return fmt.Errorf("%w: Retention %v / WindowSpan %v is %d windows, over the limit of MaxWindows = %d: "+
 			"make WindowSpan at least %v or Retention shorter",
 			ErrInvalidOptions, o.Retention, o.WindowSpan, n, MaxWindows, (o.Retention+MaxWindows-1)/MaxWindows)
+	}
+	switch t := o.TombstoneRetention; {
+	case t == 0:
+	case t <= o.Retention:
+		return fmt.Errorf("%w: TombstoneRetention = %v: must be longer than Retention (%v), or 0 for no tombstones",
+			ErrInvalidOptions, t, o.Retention)
+	case t/o.WindowSpan > MaxWindows:
+		return fmt.Errorf("%w: TombstoneRetention %v / WindowSpan %v is %d windows, over the limit of MaxWindows = %d: "+
+			"make WindowSpan at least %v or TombstoneRetention shorter",
+			ErrInvalidOptions, t, o.WindowSpan, t/o.WindowSpan, MaxWindows, (t+MaxWindows-1)/MaxWindows)
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ type Result struct {
 	// Duplicate: the key was applied before and the effect did not run.
 	Duplicate bool
 	// FirstSeen is when the mark was first written; from a tombstone, to
-	// the second.
+	// the minute.
 	FirstSeen time.Time
 	// ResponseExpired: a duplicate answered from a tombstone, after
 	// Options.Retention, within Options.TombstoneRetention. The key was

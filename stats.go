@@ -224,6 +224,7 @@ func (db *DB) Stats() Stats {
 		st.LiveMarks += ws.Marks
 		st.Windows = append(st.Windows, ws)
 	}
+	st.TombstoneWindows, st.Tombstones = db.tombStats()
 	st.File = db.fileStats()
 	st.CommitHistograms = db.stats.commitHist.snapshot()
 	return st
