@@ -6,6 +6,10 @@ import (
 	"sort"
 	"sync/atomic"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/internal/layout"
 )
 
 // The window advisor: how old each duplicate was when it came (its time
@@ -15,7 +19,7 @@ import (
 // before any is lost (docs/window.md).
 
 // AgeBuckets is the length of AgeHistogram.Buckets.
-const AgeBuckets = 28
+const AgeBuckets = layout.AgeBuckets
 
 const day = 24 * time.Hour
 
@@ -126,7 +130,7 @@ func (c *ageCounter) snapshot() AgeHistogram {
 // suppressed"), or at warn when its response had expired, the sign of a
 // Retention shorter than the handler's redeliveries.
 func (db *DB) noteDuplicate(ctx context.Context, handler, key string, kind outcome, res *Result) {
-	age := db.clock.last().Sub(res.FirstSeen)
+	age := db.clock.read().Sub(res.FirstSeen)
 	db.stats.countersOf(handler).ages.observe(age)
 	switch {
 	case res.ResponseExpired:
@@ -138,4 +142,125 @@ func (db *DB) noteDuplicate(ctx context.Context, handler, key string, kind outco
 		db.log.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
 			slog.String("handler", handler), slog.String("key", key), slog.Duration("age", age))
 	}
+}
+
+// HandlerWindow is what the window advisor knows of one handler.
+type HandlerWindow struct {
+	// DuplicateAges are the ages of its duplicates.
+	DuplicateAges AgeHistogram
+	// TombstoneDuplicates and LateDuplicates are Counters' of the same
+	// names.
+	TombstoneDuplicates, LateDuplicates uint64
+}
+
+func (h HandlerWindow) add(o HandlerWindow) HandlerWindow {
+	return HandlerWindow{DuplicateAges: h.DuplicateAges.add(o.DuplicateAges),
+		TombstoneDuplicates: h.TombstoneDuplicates + o.TombstoneDuplicates, LateDuplicates: h.LateDuplicates + o.LateDuplicates}
+}
+
+// WindowReport is the window advisor's view of the store: how late each
+// handler's duplicates come, summed over every process that closed the
+// store cleanly, and this one since Open. `oncekv advise` prints it.
+type WindowReport struct {
+	// SavedAt is when a Close last saved the report in the file; zero if
+	// none did.
+	SavedAt time.Time
+	// Retention and TombstoneRetention are those the report is to be read
+	// against: the DB's own, or on a read-only DB those of the process that
+	// saved the report.
+	Retention, TombstoneRetention time.Duration
+	// Handlers holds each handler's figures, at most
+	// Options.MaxHandlerStats of them; Other sums those past the cap.
+	Handlers map[string]HandlerWindow
+	Other    HandlerWindow
+}
+
+// WindowReport returns the report: what the file holds, as the last clean
+// Close saved it, plus what this DB counted since Open. Close saves it
+// again when there is something new. It takes no transaction.
+func (db *DB) WindowReport() WindowReport {
+	r := db.advisor.saved
+	r.Handlers = make(map[string]HandlerWindow, len(db.advisor.saved.Handlers))
+	for h, w := range db.advisor.saved.Handlers {
+		r.Handlers[h] = w
+	}
+	if !db.opts.ReadOnly || r.SavedAt.IsZero() {
+		r.Retention, r.TombstoneRetention = db.opts.Retention, db.opts.TombstoneRetention
+	}
+	st := db.stats.snapshot()
+	for h, c := range st.Handlers {
+		r.addHandler(h, HandlerWindow{DuplicateAges: st.DuplicateAges[h], TombstoneDuplicates: c.TombstoneDuplicates, LateDuplicates: c.LateDuplicates},
+			db.stats.maxHandlers)
+	}
+	r.Other = r.Other.add(HandlerWindow{DuplicateAges: st.OtherDuplicateAges,
+		TombstoneDuplicates: st.OtherHandlers.TombstoneDuplicates, LateDuplicates: st.OtherHandlers.LateDuplicates})
+	return r
+}
+
+// addHandler adds w to handler's figures, or to Other once the report
+// holds max handlers.
+func (r *WindowReport) addHandler(handler string, w HandlerWindow, max int) {
+	if old, ok := r.Handlers[handler]; ok || len(r.Handlers) < max {
+		r.Handlers[handler] = old.add(w)
+		return
+	}
+	r.Other = r.Other.add(w)
+}
+
+// advisorState is the report the file held at Open; set before the DB is
+// shared and read-only after.
+type advisorState struct{ saved WindowReport }
+
+// loadAdvisor reads the report the last clean Close saved; one that does
+// not decode is dropped with a warning (it only advises).
+func (db *DB) loadAdvisor(tx *bolt.Tx) error {
+	db.advisor.saved = WindowReport{Handlers: map[string]HandlerWindow{}}
+	a, ok, err := layout.ReadAdvisor(tx)
+	if err != nil {
+		db.log.Warn("dropping the window advisor's damaged record", "err", err)
+		return nil
+	}
+	if !ok {
+		return nil
+	}
+	r := &db.advisor.saved
+	r.SavedAt = timeFromNano(a.SavedAt)
+	r.Retention, r.TombstoneRetention = time.Duration(a.Retention), time.Duration(a.TombstoneRetention)
+	for i := range a.Handlers {
+		r.addHandler(a.Handlers[i].Name, handlerWindowOf(&a.Handlers[i]), db.stats.maxHandlers)
+	}
+	r.Other = r.Other.add(handlerWindowOf(&a.Other))
+	return nil
+}
+
+func handlerWindowOf(h *layout.AdvisorHandler) HandlerWindow {
+	return HandlerWindow{TombstoneDuplicates: h.TombstoneDuplicates, LateDuplicates: h.LateDuplicates,
+		DuplicateAges: AgeHistogram{Count: h.Count, Buckets: h.Buckets, Sum: time.Duration(h.Sum), Max: time.Duration(h.Max)}}
+}
+
+func advisorHandlerOf(name string, w HandlerWindow) layout.AdvisorHandler {
+	a := w.DuplicateAges
+	return layout.AdvisorHandler{Name: name, TombstoneDuplicates: w.TombstoneDuplicates, LateDuplicates: w.LateDuplicates,
+		Count: a.Count, Sum: int64(a.Sum), Max: int64(a.Max), Buckets: a.Buckets}
+}
+
+// advisorToSave returns the report for Close to save, false when this DB
+// counted nothing since Open: an untouched store stays as it was.
+func (db *DB) advisorToSave(now time.Time) (*layout.Advisor, bool) {
+	st := db.stats.snapshot()
+	if st.TotalDuplicateAges.Count == 0 && st.Total.TombstoneDuplicates == 0 && st.Total.LateDuplicates == 0 {
+		return nil, false
+	}
+	r := db.WindowReport()
+	a := &layout.Advisor{SavedAt: now.UnixNano(), Retention: int64(r.Retention), TombstoneRetention: int64(r.TombstoneRetention),
+		Other: advisorHandlerOf("", r.Other)}
+	names := make([]string, 0, len(r.Handlers))
+	for h := range r.Handlers {
+		names = append(names, h)
+	}
+	sort.Strings(names)
+	for _, h := range names {
+		a.Handlers = append(a.Handlers, advisorHandlerOf(h, r.Handlers[h]))
+	}
+	return a, true
 }

@@ -63,6 +63,11 @@ func checkMeta(btx *bolt.Tx, report func(error) error) error {
 		}
 	}
 	if _, err := layout.ReadExpiry(btx); err != nil {
+		if err := report(err); err != nil {
+			return err
+		}
+	}
+	if _, _, err := layout.ReadAdvisor(btx); err != nil {
 		return report(err)
 	}
 	return nil

@@ -41,6 +41,8 @@ type DB struct {
 	tombs *windowset.Set
 	// ghosts are the filters of expired keys (ghosts.go).
 	ghosts ghostSet
+	// advisor is the window advisor's report the file held at Open.
+	advisor advisorState
 	// dups caches final marks for the duplicate fast path (see cache.go).
 	dups dupcache.Cache
 	// clock is Options.Now, never going backwards.

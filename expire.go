@@ -136,6 +136,12 @@ func (db *DB) raiseFloor(st *ExpireStats, floor int64, first func(w *writeTx) er
 			}
 		}
 		high = db.clock.read().UnixNano()
+		if a, ok := db.advisorToSave(time.Unix(0, high)); ok {
+			// Saved with each floor too, so that a crash loses an hour of it.
+			if err := layout.WriteAdvisor(w.btx, a); err != nil {
+				return err
+			}
+		}
 		return layout.WriteExpiry(w.btx, layout.Expiry{Floor: floor, ClockHigh: high})
 	}, func() {
 		db.live.DropBelow(floor)

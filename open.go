@@ -103,7 +103,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 			"reading", reading.UTC(), "store_time", high.UTC(), "max_clock_jump", o.MaxClockJump)
 	}
 	if err := b.View(func(tx *bolt.Tx) error {
-		return errors.Join(db.loadWindows(tx), db.loadTombs(tx), db.loadOrphanLine(tx), db.loadParked(tx), db.loadGhosts(tx))
+		return errors.Join(db.loadWindows(tx), db.loadTombs(tx), db.loadOrphanLine(tx), db.loadParked(tx), db.loadGhosts(tx), db.loadAdvisor(tx))
 	}); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
