@@ -27,14 +27,15 @@ const day = 24 * time.Hour
 // a day apart around the default Retention of 7 days.
 var ageBounds = [AgeBuckets]time.Duration{
 	time.Second, 10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute, 15 * time.Minute, 30 * time.Minute,
-	time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour,
-	day, 2 * day, 3 * day, 4 * day, 5 * day, 6 * day, 7 * day, 10 * day, 14 * day, 21 * day,
+	time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 9 * time.Hour, 12 * time.Hour, 18 * time.Hour,
+	day, 36 * time.Hour, 2 * day, 3 * day, 4 * day, 5 * day, 6 * day, 7 * day, 10 * day, 14 * day, 21 * day,
 	30 * day, 45 * day, 60 * day, 90 * day, 180 * day, 365 * day,
 }
 
 // AgeBounds returns the upper bounds of AgeHistogram's buckets: 1s, 10s,
-// 30s, 1m, 5m, 15m, 30m, 1h, 2h, 3h, 6h, 12h, 1d, 2d, ... 7d, 10d, 14d,
-// 21d, 30d, 45d, 60d, 90d, 180d, 365d. The array is a copy.
+// 30s, 1m, 5m, 15m, 30m, 1h, 2h, 3h, 6h, 9h, 12h, 18h, 1d, 36h, 2d, 3d,
+// ... 7d, 10d, 14d, 21d, 30d, 45d, 60d, 90d, 180d, 365d. The array is a
+// copy.
 func AgeBounds() [AgeBuckets]time.Duration { return ageBounds }
 
 // AgeHistogram is a cumulative histogram of duplicates' ages, in the

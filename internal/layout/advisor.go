@@ -17,7 +17,7 @@ import (
 var advisorKey = []byte("advisor")
 
 // AgeBuckets is the number of buckets of an age histogram.
-const AgeBuckets = 28
+const AgeBuckets = 31
 
 // Advisor is the window advisor's record.
 type Advisor struct {
