@@ -60,8 +60,9 @@ func (h AgeHistogram) Sub(other AgeHistogram) AgeHistogram {
 	return d
 }
 
-// add returns h + other.
-func (h AgeHistogram) add(other AgeHistogram) AgeHistogram {
+// Add returns h + other, bucket by bucket (Max the larger), to sum the
+// histograms of several handlers or stores.
+func (h AgeHistogram) Add(other AgeHistogram) AgeHistogram {
 	h.Count += other.Count
 	h.Sum += other.Sum
 	h.Max = max(h.Max, other.Max)
@@ -155,7 +156,7 @@ type HandlerWindow struct {
 }
 
 func (h HandlerWindow) add(o HandlerWindow) HandlerWindow {
-	return HandlerWindow{DuplicateAges: h.DuplicateAges.add(o.DuplicateAges),
+	return HandlerWindow{DuplicateAges: h.DuplicateAges.Add(o.DuplicateAges),
 		TombstoneDuplicates: h.TombstoneDuplicates + o.TombstoneDuplicates, LateDuplicates: h.LateDuplicates + o.LateDuplicates}
 }
 

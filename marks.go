@@ -172,13 +172,8 @@ func (db *DB) ReleaseClaim(handler, key string, token uint64) error {
 	req := Request{Handler: handler, Key: key}
 	mkey, err := markKey(&req)
 	if err == nil {
-		err = db.write(func(w *writeTx) error {
-			m, err := db.findMark(w.btx, mkey)
+		err = db.updateMark(mkey, func(w *writeTx, m *layout.FoundMark) error {
 			switch {
-			case err != nil:
-				return err
-			case m == nil:
-				return ErrNotFound
 			case m.State != layout.InProgress:
 				return fmt.Errorf("%w: the key is %v", ErrClaimDone, m.State)
 			case m.Token > token:
@@ -192,6 +187,21 @@ func (db *DB) ReleaseClaim(handler, key string, token uint64) error {
 		})
 	}
 	return requestError("release claim", &req, err)
+}
+
+// updateMark runs fn on mkey's mark in a write transaction, for an
+// operator's call; a key without a mark is ErrNotFound.
+func (db *DB) updateMark(mkey []byte, fn func(w *writeTx, m *layout.FoundMark) error) error {
+	return db.write(func(w *writeTx) error {
+		m, err := db.findMark(w.btx, mkey)
+		switch {
+		case err != nil:
+			return err
+		case m == nil:
+			return ErrNotFound
+		}
+		return fn(w, m)
+	})
 }
 
 func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) MarkInfo {

@@ -101,14 +101,8 @@ func (db *DB) ResolveParked(handler, key string, applied bool, response []byte) 
 		err = db.checkResponse(len(resp))
 	}
 	if err == nil {
-		err = db.write(func(w *writeTx) error {
-			m, err := db.findMark(w.btx, mkey)
-			switch {
-			case err != nil:
-				return err
-			case m == nil:
-				return ErrNotFound
-			case m.State != layout.Parked:
+		err = db.updateMark(mkey, func(w *writeTx, m *layout.FoundMark) error {
+			if m.State != layout.Parked {
 				return fmt.Errorf("%w: it is %v", ErrNotParked, m.State)
 			}
 			if err := layout.DeleteParked(w.btx, mkey); err != nil {
@@ -119,7 +113,7 @@ func (db *DB) ResolveParked(handler, key string, applied bool, response []byte) 
 			}
 			mark := m.Mark
 			mark.State, mark.Response, mark.AttemptStart = layout.Done, resp, 0
-			_, err = w.rewriteMark(m.Window, mkey, &mark)
+			_, err := w.rewriteMark(m.Window, mkey, &mark)
 			return err
 		})
 	}

@@ -331,9 +331,6 @@ func TestParkedKeysAtMaxParked(t *testing.T) {
 	other.Key = "welcome-43"
 	abandon(t, db, clock, welcome)
 	abandon(t, db, clock, other)
-	unknown := &oncekv.ClaimOptions{Probe: func(context.Context, string, oncekv.Attempt) (oncekv.Outcome, []byte, error) {
-		return oncekv.OutcomeUnknown, nil, nil
-	}}
 	_, err := db.ClaimWith(ctx, welcome, lease, unknown)
 	require.ErrorIs(t, err, oncekv.ErrParked)
 	_, err = db.ClaimWith(ctx, other, lease, unknown)
@@ -364,9 +361,7 @@ func TestParkedKeyOutlivesItsWindow(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	abandon(t, db, clock, welcome)
-	_, err = db.ClaimWith(ctx, welcome, lease, &oncekv.ClaimOptions{Probe: func(context.Context, string, oncekv.Attempt) (oncekv.Outcome, []byte, error) {
-		return oncekv.OutcomeUnknown, nil, nil
-	}})
+	_, err = db.ClaimWith(ctx, welcome, lease, unknown)
 	require.ErrorIs(t, err, oncekv.ErrParked)
 	neighbour := oncekv.Request{Handler: "email", Key: "neighbour", Payload: []byte("x")}
 	_, err = db.Apply(ctx, neighbour, nil)
@@ -401,6 +396,11 @@ func TestParkedKeyOutlivesItsWindow(t *testing.T) {
 	require.NoError(t, db.Close())
 	oncetest.Check(t, path)
 }
+
+// unknown is a probe that can never tell.
+var unknown = &oncekv.ClaimOptions{Probe: func(context.Context, string, oncekv.Attempt) (oncekv.Outcome, []byte, error) {
+	return oncekv.OutcomeUnknown, nil, nil
+}}
 
 // requireCheckClean runs DB.Check and requires no problem.
 func requireCheckClean(t *testing.T, db *oncekv.DB) {

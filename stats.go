@@ -336,13 +336,13 @@ func (s *statsCollector) snapshot() Stats {
 		st.Total.add(c)
 		ages := h.ages.snapshot()
 		st.DuplicateAges[k.(string)] = ages
-		st.TotalDuplicateAges = st.TotalDuplicateAges.add(ages)
+		st.TotalDuplicateAges = st.TotalDuplicateAges.Add(ages)
 		return true
 	})
 	st.OtherHandlers = s.other.load()
 	st.Total.add(st.OtherHandlers)
 	st.OtherDuplicateAges = s.other.ages.snapshot()
-	st.TotalDuplicateAges = st.TotalDuplicateAges.add(st.OtherDuplicateAges)
+	st.TotalDuplicateAges = st.TotalDuplicateAges.Add(st.OtherDuplicateAges)
 	st.Total.InvalidRequests += s.invalid.Load()
 	return st
 }

@@ -63,6 +63,18 @@ func (s *tombStore) expire() oncekv.ExpireStats {
 	return st
 }
 
+// tombstoned applies key and lets Retention pass and expiry turn it into a
+// tombstone; it returns the effect's runs, 1.
+func (s *tombStore) tombstoned(key string) int {
+	s.t.Helper()
+	runs := 0
+	_, err := applied(s.t, s.db, tombReq(key), &runs, "label")
+	require.NoError(s.t, err)
+	s.clock.Advance(4 * time.Hour)
+	require.EqualValues(s.t, 1, s.expire().Tombstones)
+	return runs
+}
+
 // logRecorder keeps the messages logged at warn and above.
 type logRecorder struct {
 	mu    sync.Mutex
@@ -166,11 +178,7 @@ func TestTombstoneSuppressesADuplicateAfterRetention(t *testing.T) {
 
 func TestTombstonesExpireAfterTombstoneRetentionAndLateDuplicatesAreCounted(t *testing.T) {
 	s := openTombs(t, 24*time.Hour)
-	runs := 0
-	_, err := applied(t, s.db, tombReq("k1"), &runs, "label")
-	require.NoError(t, err)
-	s.clock.Advance(4 * time.Hour)
-	s.expire()
+	runs := s.tombstoned("k1")
 	s.clock.Advance(12 * time.Hour)
 	require.Zero(t, s.expire().TombstoneWindows, "kept until TombstoneRetention")
 	res, err := applied(t, s.db, tombReq("k1"), &runs, "label")
@@ -221,11 +229,7 @@ func TestLateDuplicatesWithoutTombstones(t *testing.T) {
 
 func TestForgetDropsATombstone(t *testing.T) {
 	s := openTombs(t, 24*time.Hour)
-	runs := 0
-	_, err := applied(t, s.db, tombReq("k1"), &runs, "label")
-	require.NoError(t, err)
-	s.clock.Advance(4 * time.Hour)
-	s.expire()
+	runs := s.tombstoned("k1")
 	require.NoError(t, s.db.Forget("ship", "k1"))
 	require.Zero(t, s.db.Stats().Tombstones)
 	res, err := applied(t, s.db, tombReq("k1"), &runs, "label")

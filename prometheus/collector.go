@@ -158,31 +158,20 @@ func (c *Collector) byLabel(st *oncekv.Stats) (map[string]oncekv.Counters, map[s
 			}
 		}
 		out[label] = add(out[label], st.Handlers[h])
-		ages[label] = addAges(ages[label], st.DuplicateAges[h])
+		ages[label] = ages[label].Add(st.DuplicateAges[h])
 		listed = add(listed, st.Handlers[h])
 	}
 	if rest := st.Total.Sub(listed); rest != (oncekv.Counters{InvalidRequests: rest.InvalidRequests}) {
 		out[OtherHandler] = add(out[OtherHandler], rest)
 	}
 	if st.OtherDuplicateAges.Count > 0 {
-		ages[OtherHandler] = addAges(ages[OtherHandler], st.OtherDuplicateAges)
+		ages[OtherHandler] = ages[OtherHandler].Add(st.OtherDuplicateAges)
 	}
 	for label, counters := range out {
 		counters.InvalidRequests = 0
 		out[label] = counters
 	}
 	return out, ages
-}
-
-// addAges returns a + b, bucket by bucket.
-func addAges(a, b oncekv.AgeHistogram) oncekv.AgeHistogram {
-	a.Count += b.Count
-	a.Sum += b.Sum
-	a.Max = max(a.Max, b.Max)
-	for i := range a.Buckets {
-		a.Buckets[i] += b.Buckets[i]
-	}
-	return a
 }
 
 // add returns a + b. Counters has a Sub and no Add; Sub of the two's

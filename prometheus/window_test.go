@@ -31,7 +31,9 @@ func TestWindowMetrics(t *testing.T) {
 	require.NoError(t, err)
 	clock.Advance(2 * time.Minute)
 	_, err = db.ClaimWith(ctx, oncekv.Request{Handler: "charge", Key: "c1"}, time.Minute, &oncekv.ClaimOptions{
-		Probe: func(context.Context, string, oncekv.Attempt) (oncekv.Outcome, []byte, error) { return oncekv.OutcomeUnknown, nil, nil }})
+		Probe: func(context.Context, string, oncekv.Attempt) (oncekv.Outcome, []byte, error) {
+			return oncekv.OutcomeUnknown, nil, nil
+		}})
 	require.ErrorIs(t, err, oncekv.ErrParked)
 	require.ErrorIs(t, apply(db, "charge", "c1", "", nil), oncekv.ErrParked)
 

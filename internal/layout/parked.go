@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/internal/base"
-	"github.com/oncekv/oncekv/internal/envelope"
 )
 
 // ParkedRoot indexes the parked keys: mark key -> [ParkedEntry]. A parked mark
@@ -26,24 +24,13 @@ type ParkedEntry struct {
 	At int64
 }
 
-const parkedFields = 2
-
 // Marshal encodes the record.
-func (p ParkedEntry) Marshal() []byte {
-	return envelope.Seal(func(enc *msgpack.Encoder) error {
-		return errors.Join(enc.EncodeArrayLen(parkedFields), enc.EncodeInt64(p.Window), enc.EncodeInt64(p.At))
-	})
-}
+func (p ParkedEntry) Marshal() []byte { return sealInt64Pair(p.Window, p.At) }
 
 // Unmarshal decodes and validates the record.
-func (p *ParkedEntry) Unmarshal(raw []byte) error {
-	return envelope.Unseal(raw, parkedFields, func(dec *msgpack.Decoder) (err error) {
-		if p.Window, err = dec.DecodeInt64(); err != nil {
-			return err
-		}
-		p.At, err = dec.DecodeInt64()
-		return err
-	})
+func (p *ParkedEntry) Unmarshal(raw []byte) (err error) {
+	p.Window, p.At, err = unsealInt64Pair(raw)
+	return err
 }
 
 // PutParked records mkey as parked in the window starting at p.Window,

@@ -217,25 +217,30 @@ func indexOf(entries []byte, h *[TombHashSize]byte) int {
 	return -1
 }
 
-// FindTomb returns the tombstone of mkey, whose TombHash is h, in the
-// window starting at start, as a FoundMark: State, FirstSeen (to the
-// second) and Window, Tombstone set; nil when there is none.
-func FindTomb(tx *bolt.Tx, start int64, mkey []byte, h *[TombHashSize]byte) (*FoundMark, error) {
-	b := tx.Bucket(TombName(start))
-	if b == nil {
-		return nil, nil
+// tombEntry finds the entry of mkey (hash h) in the tombstone bucket of
+// the window starting at start: its chunk's bucket, key and entries, and
+// its index there, -1 when there is none.
+func tombEntry(tx *bolt.Tx, start int64, mkey []byte, h *[TombHashSize]byte) (b *bolt.Bucket, k, entries []byte, i int, err error) {
+	if b = tx.Bucket(TombName(start)); b == nil {
+		return nil, nil, nil, -1, nil
 	}
 	k, v := seekChunk(b, mkey)
 	if k == nil {
-		return nil, nil
+		return b, nil, nil, -1, nil
 	}
-	entries, err := openChunk(v)
-	if err != nil {
-		return nil, tombError(start, k, err)
+	if entries, err = openChunk(v); err != nil {
+		return b, k, nil, -1, tombError(start, k, err)
 	}
-	i := indexOf(entries, h)
-	if i < 0 {
-		return nil, nil
+	return b, k, entries, indexOf(entries, h), nil
+}
+
+// FindTomb returns the tombstone of mkey, whose TombHash is h, in the
+// window starting at start, as a FoundMark: State, FirstSeen (to the
+// minute) and Window, Tombstone set; nil when there is none.
+func FindTomb(tx *bolt.Tx, start int64, mkey []byte, h *[TombHashSize]byte) (*FoundMark, error) {
+	_, _, entries, i, err := tombEntry(tx, start, mkey, h)
+	if i < 0 || err != nil {
+		return nil, err
 	}
 	return decodeTomb(entries[i*TombEntrySize:], start), nil
 }
@@ -258,21 +263,9 @@ func decodeTomb(e []byte, start int64) *FoundMark {
 // starting at start, and reports whether there was one. A chunk left empty
 // is deleted; a chunk's key stays the lower bound of its range.
 func DeleteTomb(tx *bolt.Tx, start int64, mkey []byte, h *[TombHashSize]byte) (bool, error) {
-	b := tx.Bucket(TombName(start))
-	if b == nil {
-		return false, nil
-	}
-	k, v := seekChunk(b, mkey)
-	if k == nil {
-		return false, nil
-	}
-	entries, err := openChunk(v)
-	if err != nil {
-		return false, tombError(start, k, err)
-	}
-	i := indexOf(entries, h)
-	if i < 0 {
-		return false, nil
+	b, k, entries, i, err := tombEntry(tx, start, mkey, h)
+	if i < 0 || err != nil {
+		return false, err
 	}
 	k = bytes.Clone(k)
 	rest := append(bytes.Clone(entries[:i*TombEntrySize]), entries[(i+1)*TombEntrySize:]...)
