@@ -103,7 +103,11 @@ type ageCounter struct {
 // back, as zero).
 func (c *ageCounter) observe(a time.Duration) {
 	a = max(a, 0)
-	c.buckets[sort.Search(AgeBuckets, func(i int) bool { return a <= ageBounds[i] })].Add(1)
+	i := 0
+	for i < AgeBuckets && a > ageBounds[i] {
+		i++ // most duplicates come within the first few bounds
+	}
+	c.buckets[i].Add(1)
 	c.sum.Add(int64(a))
 	for {
 		m := c.highest.Load()
@@ -127,16 +131,19 @@ func (c *ageCounter) snapshot() AgeHistogram {
 	return h
 }
 
-// noteDuplicate counts a duplicate's age and, when a tombstone answered
-// it, the tombstone duplicate, and logs it: at info ("duplicate
-// suppressed"), or at warn when its response had expired, the sign of a
-// Retention shorter than the handler's redeliveries.
+// noteDuplicate counts a duplicate (its kind, its age and, when a
+// tombstone answered it, the tombstone duplicate), with one look-up of the
+// handler's counters, and logs it: at info ("duplicate suppressed"), or at
+// warn when its response had expired, the sign of a Retention shorter than
+// the handler's redeliveries.
 func (db *DB) noteDuplicate(ctx context.Context, handler, key string, kind outcome, res *Result) {
 	age := db.clock.read().Sub(res.FirstSeen)
-	db.stats.countersOf(handler).ages.observe(age)
+	c := db.stats.countersOf(handler)
+	c.n[kind].Add(1)
+	c.ages.observe(age)
 	switch {
 	case res.ResponseExpired:
-		db.stats.countExtra(handler, countTombstone)
+		c.n[countTombstone].Add(1)
 		db.log.LogAttrs(ctx, slog.LevelWarn, "duplicate answered from a tombstone: its stored response had expired",
 			slog.String("handler", handler), slog.String("key", key), slog.Duration("age", age),
 			slog.Duration("retention", db.opts.Retention))

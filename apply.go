@@ -230,9 +230,10 @@ func (db *DB) settle(o *op) (Result, error) {
 // settleOutcome is settle given the op's parts, so that applyFromCache's
 // op stays on the stack.
 func (db *DB) settleOutcome(ctx context.Context, handler, key string, kind outcome, res Result, err error) (Result, error) {
-	db.stats.count(handler, kind)
 	if kind == outcomeDuplicate || kind == outcomeFailedReplayed {
-		db.noteDuplicate(ctx, handler, key, kind, &res)
+		db.noteDuplicate(ctx, handler, key, kind, &res) // counts kind too
+	} else {
+		db.stats.count(handler, kind)
 	}
 	if err == nil {
 		return res, nil

@@ -126,7 +126,8 @@ type Options struct {
 
 	// MaxHandlerStats caps the handlers with an entry of their own in
 	// Stats.Handlers; later ones count in Stats.OtherHandlers. An entry costs
-	// about 340 bytes plus its name. Default 1000; negative keeps none.
+	// about 700 bytes plus its name (its counters and its duplicates'
+	// ages). Default 1000; negative keeps none.
 	MaxHandlerStats int
 
 	// MaxParked caps the keys parked at once, waiting for an operator
