@@ -1,6 +1,7 @@
 package oncekv_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +14,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
@@ -375,4 +378,47 @@ func TestTombstoneRetentionOptions(t *testing.T) {
 		require.ErrorIs(t, err, oncekv.ErrInvalidOptions, tc.name)
 		require.Contains(t, err.Error(), tc.want, tc.name)
 	}
+}
+
+// TestDamagedTombstoneIsCorrupt: a tombstone chunk whose bytes changed is
+// ErrCorrupt, naming the chunk, for the keys of its range, and Check
+// reports it; keys of other chunks still answer.
+func TestDamagedTombstoneIsCorrupt(t *testing.T) {
+	s := openTombs(t, 24*time.Hour)
+	runs := 0
+	for i := range 500 {
+		_, err := applied(t, s.db, tombReq(fmt.Sprintf("k%03d", i)), &runs, "label")
+		require.NoError(t, err)
+	}
+	s.clock.Advance(4 * time.Hour)
+	require.EqualValues(t, 500, s.expire().Tombstones)
+	require.NoError(t, s.db.Close())
+	s.db = nil
+	b, err := bolt.Open(s.path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		return layout.ForEachTombWindow(tx, func(_ int64, tb *bolt.Bucket) error {
+			k, v := tb.Cursor().First()
+			v = bytes.Clone(v)
+			v[len(v)/2] ^= 1
+			return tb.Put(bytes.Clone(k), v)
+		})
+	}))
+	require.NoError(t, b.Close())
+	s.reopen()
+	_, err = applied(t, s.db, tombReq("k000"), &runs, "label")
+	require.ErrorIs(t, err, oncekv.ErrCorrupt)
+	var re *oncekv.RecordError
+	require.ErrorAs(t, err, &re)
+	require.Contains(t, re.Bucket, "oncekv.tomb/")
+	require.Equal(t, "ship/k000", re.Key)
+	res, err := applied(t, s.db, tombReq("k499"), &runs, "label")
+	require.NoError(t, err, "another chunk")
+	require.True(t, res.ResponseExpired)
+	require.Equal(t, 500, runs, "no effect ran again")
+	var problems []error
+	require.NoError(t, s.db.Check(func(p error) error { problems = append(problems, p); return nil }))
+	require.Len(t, problems, 2, "the chunk, and its window's count") // the chunk's entries are not counted
+	require.NoError(t, s.db.Close())
+	s.db = nil
 }

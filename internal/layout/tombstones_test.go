@@ -221,3 +221,25 @@ func FuzzGhost(f *testing.F) {
 		require.Equal(t, raw, g.Marshal())
 	})
 }
+
+// FuzzAdvisor: the window advisor's record decoder never panics, never
+// allocates for more handlers than the record holds, and what it accepts
+// encodes back to the same bytes.
+func FuzzAdvisor(f *testing.F) {
+	a := layout.Advisor{SavedAt: 1, Retention: 2, TombstoneRetention: 3,
+		Handlers: []layout.AdvisorHandler{{Name: "a", Count: 3, Sum: 9, Max: 5, Buckets: [layout.AgeBuckets]uint64{1, 2, 3}}},
+		Other:    layout.AdvisorHandler{LateDuplicates: 1}}
+	for i := 3; i < layout.AgeBuckets; i++ {
+		a.Handlers[0].Buckets[i] = 3
+	}
+	f.Add(a.Marshal())
+	f.Add((&layout.Advisor{}).Marshal())
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var got layout.Advisor
+		if got.Unmarshal(raw) != nil {
+			return
+		}
+		require.Equal(t, raw, got.Marshal())
+	})
+}
