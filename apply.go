@@ -3,7 +3,6 @@ package oncekv
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"math"
 	"runtime"
 	"time"
@@ -222,18 +221,19 @@ func (db *DB) settle(o *op) (Result, error) {
 	if o.kind == outcomeApplied {
 		defer runHooks(o.hooks)
 	}
+	if o.kind == outcomeApplied || o.kind == outcomeFailedRecorded {
+		db.noteIfLate(o.ctx, o.req.Handler, o.req.Key, o.mhash)
+	}
 	return db.settleOutcome(o.ctx, o.req.Handler, o.req.Key, o.kind, o.res, o.err)
 }
 
 // settleOutcome is settle given the op's parts, so that applyFromCache's
 // op stays on the stack.
 func (db *DB) settleOutcome(ctx context.Context, handler, key string, kind outcome, res Result, err error) (Result, error) {
-	db.stats.count(handler, kind)
-	if kind == outcomeDuplicate && db.log.Enabled(ctx, slog.LevelInfo) {
-		db.log.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
-			slog.String("handler", handler),
-			slog.String("key", key),
-			slog.Duration("age", db.clock.last().Sub(res.FirstSeen)))
+	if kind == outcomeDuplicate || kind == outcomeFailedReplayed {
+		db.noteDuplicate(ctx, handler, key, kind, &res) // counts kind too
+	} else {
+		db.stats.count(handler, kind)
 	}
 	if err == nil {
 		return res, nil

@@ -30,7 +30,7 @@ func (db *DB) answerFromCache(o *op) bool {
 // response, and of the payload when it matched, so that the next duplicate
 // need not hash it.
 func (db *DB) offer(epoch uint64, o *op, m *layout.FoundMark) {
-	if !dupcache.Fits(o.mkey, &m.Mark, 0) {
+	if m.Tombstone || !dupcache.Fits(o.mkey, &m.Mark, 0) {
 		return
 	}
 	e := &dupcache.Entry{Hash: o.mhash, MKey: o.mkey, Found: *m}

@@ -17,8 +17,8 @@ import (
 // Check verifies the whole file, for an operator after a power cut or a
 // disk error, calling fn with each problem until fn returns an error, which
 // Check returns: bbolt's structure (each problem wraps ErrCorrupt), then
-// every system record (format, span, expiry, marks, persisted filters,
-// lease ends, fences) and every user value's fence header, each problem a
+// every system record (format, span, expiry, marks, tombstones, persisted
+// filters, lease ends, parked keys, fences) and every user value's fence header, each problem a
 // *RecordError naming bucket and key. It writes nothing, works read-only,
 // reads every page in one read transaction, and fn must not call other DB
 // methods. A sound file never calls fn.
@@ -42,7 +42,7 @@ func (db *DB) Check(fn func(problem error) error) error {
 					return err
 				}
 			}
-			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkFilters, checkLeases, checkFences, checkFenceHeaders} {
+			for _, check := range []func(*bolt.Tx, func(error) error) error{checkMeta, checkWindows, checkTombs, checkFilters, checkLeases, db.checkParked, checkFences, checkFenceHeaders} {
 				if err := check(btx, report); err != nil {
 					return err
 				}
@@ -63,6 +63,11 @@ func checkMeta(btx *bolt.Tx, report func(error) error) error {
 		}
 	}
 	if _, err := layout.ReadExpiry(btx); err != nil {
+		if err := report(err); err != nil {
+			return err
+		}
+	}
+	if _, _, err := layout.ReadAdvisor(btx); err != nil {
 		return report(err)
 	}
 	return nil
@@ -97,6 +102,41 @@ func checkFilters(btx *bolt.Tx, report func(error) error) error {
 		return err
 	}
 	return layout.CheckNewestFilter(btx, decode, report)
+}
+
+// checkTombs decodes every chunk of every tombstone window and checks its
+// count.
+func checkTombs(btx *bolt.Tx, report func(error) error) error {
+	return layout.ForEachTombWindow(btx, func(start int64, b *bolt.Bucket) error {
+		n := uint64(0)
+		err := layout.ForEachTomb(b, start, func([layout.TombHashSize]byte, *layout.FoundMark) error { n++; return nil }, report)
+		if err == nil && n != layout.TombCount(b) {
+			err = report(&RecordError{Bucket: string(layout.TombPrefix) + time.Unix(0, start).UTC().Format(time.RFC3339), Key: "sequence",
+				Err: fmt.Errorf("it counts %d tombstones, the chunks hold %d", layout.TombCount(b), n)})
+		}
+		return err
+	})
+}
+
+// checkParked decodes the parked keys' index, and checks that each entry
+// names a PARKED mark of its key.
+func (db *DB) checkParked(btx *bolt.Tx, report func(error) error) error {
+	n := uint64(0)
+	err := layout.ForEachParked(btx, func(mkey []byte, p layout.ParkedEntry) error {
+		n++
+		if _, err := db.parkedMark(btx, mkey, p); err != nil {
+			return report(err)
+		}
+		return nil
+	})
+	if err != nil {
+		return report(err) // an entry that does not decode ends the walk
+	}
+	if c := layout.CountParked(btx); c != n {
+		return report(&RecordError{Bucket: string(layout.ParkedRoot), Key: "sequence",
+			Err: fmt.Errorf("it counts %d keys, the index holds %d", c, n)})
+	}
+	return nil
 }
 
 // checkLeases decodes every window's recorded lease end.

@@ -39,6 +39,8 @@ type Claim struct {
 		leaseUntil time.Time
 		result     Result
 		lost       error // the ErrFenced that ended the claim, repeated to every later call
+		// prev is the attempt the claim took over, nil for a first one.
+		prev *Attempt
 	}
 }
 
@@ -49,6 +51,7 @@ const (
 	claimDone                // the key is DONE: found so by Claim, or completed by this claim
 	claimFailed              // this claim recorded a permanent failure
 	claimReleased            // this claim let the key go after a transient failure
+	claimParked              // this claim parked the key (ClaimWith's probe)
 )
 
 // releasedLease is a released claim's lease end: expired whatever the clock.
@@ -98,8 +101,13 @@ func (db *DB) Claim(ctx context.Context, req Request, lease time.Duration) (*Cla
 		}
 		return nil, err
 	}
-	if o.kind == outcomeDuplicate {
+	switch {
+	case o.kind == outcomeDuplicate:
 		c.mu.state, c.mu.result = claimDone, res
+	case c.mu.prev != nil:
+		db.stats.countExtra(req.Handler, countTakeover)
+	default:
+		db.noteIfLate(ctx, req.Handler, req.Key, o.mhash)
 	}
 	return c, nil
 }
@@ -154,6 +162,7 @@ func decideStep(w *writeTx, o *op) (undo bool) {
 // take claims the key in w, unless its mark, read again under the write
 // lock, answers o.
 func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
+	c.mu.prev = nil // this run's, not an earlier run's of a retried commit
 	found, err := c.db.findMark(w.btx, o.mkey)
 	if err != nil {
 		return err
@@ -177,8 +186,13 @@ func (c *Claim) take(w *writeTx, o *op, lease time.Duration) error {
 	}
 	if found != nil {
 		// Taking over: the mark stays in its window unless it would expire
-		// there before the new lease ends.
+		// there before the new lease ends. The attempt taken over is kept
+		// for TakenOver, the attempt's start and count on the mark.
 		mark.FirstSeen = found.FirstSeen
+		mark.Takeovers, mark.AttemptStart = found.Takeovers+1, w.now.UnixNano()
+		prev := attemptOf(o.req, &found.Mark)
+		prev.Takeovers = int(mark.Takeovers)
+		c.mu.prev = &prev
 		_, err = w.rewriteMark(found.Window, o.mkey, &mark)
 	} else {
 		err = w.putMarkLeased(c.db.placeMark(w.now), o.mkey, &mark)
@@ -304,15 +318,8 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(tx *T
 	var done *op
 	err := c.run(func() error {
 		resp := bytes.Clone(response) // the caller may reuse response at once
-		var first int64
-		err := c.updateLocked(ctx, outcomeApplied, c.db.checkResponse(len(resp)), effect, func(w *writeTx, o *op, m *layout.FoundMark) error {
-			done = o
-			mark := m.Mark
-			mark.State, mark.Response, mark.LeaseUntil = layout.Done, resp, 0
-			first = m.FirstSeen
-			_, err := w.rewriteMark(m.Window, c.mkey, &mark)
-			return err
-		})
+		first, o, err := c.doneLocked(ctx, outcomeApplied, resp, effect)
+		done = o
 		if IsPermanent(err) {
 			if ferr := c.failLocked(ctx, err); ferr != nil {
 				return ferr
@@ -342,33 +349,48 @@ func (c *Claim) Fail(ctx context.Context, err error) error {
 	return c.wrap(c.run(func() error { return c.failLocked(ctx, err) }))
 }
 
-func (c *Claim) failLocked(ctx context.Context, cause error) error {
-	// The caller's error is looked into here, outside the transaction: a
-	// panic in its methods is the caller's own.
-	permanent := IsPermanent(cause)
-	kind := outcomeEffectError
-	var msg string
-	var bad error
-	if permanent {
-		kind, msg = outcomeFailedRecorded, cause.Error()
-		bad = c.db.checkResponse(len(msg))
-	}
-	err := c.updateLocked(ctx, kind, bad, nil, func(w *writeTx, _ *op, m *layout.FoundMark) error {
+// doneLocked records the key DONE with resp (not copied), after running
+// effect if not nil, and counts kind; it returns the key's FirstSeen and
+// the op whose hooks the commit left.
+func (c *Claim) doneLocked(ctx context.Context, kind outcome, resp []byte, effect func(*Tx) error) (first int64, done *op, err error) {
+	err = c.updateLocked(ctx, kind, c.db.checkResponse(len(resp)), effect, func(w *writeTx, o *op, m *layout.FoundMark) error {
+		done = o
 		mark := m.Mark
-		if permanent {
-			mark.State, mark.Error, mark.LeaseUntil = layout.Failed, msg, 0
-		} else {
-			mark.LeaseUntil = releasedLease
-			return w.putMark(m.Window, c.mkey, &mark) // released: nothing to outlive
-		}
+		mark.State, mark.Response, mark.LeaseUntil, mark.AttemptStart = layout.Done, resp, 0, 0
+		first = m.FirstSeen
 		_, err := w.rewriteMark(m.Window, c.mkey, &mark)
 		return err
 	})
-	switch {
-	case err != nil:
-	case permanent:
+	return first, done, err
+}
+
+func (c *Claim) failLocked(ctx context.Context, cause error) error {
+	// The caller's error is looked into here, outside the transaction: a
+	// panic in its methods is the caller's own.
+	if !IsPermanent(cause) {
+		return c.releaseLocked(ctx, outcomeEffectError)
+	}
+	msg := cause.Error()
+	err := c.updateLocked(ctx, outcomeFailedRecorded, c.db.checkResponse(len(msg)), nil, func(w *writeTx, _ *op, m *layout.FoundMark) error {
+		mark := m.Mark
+		mark.State, mark.Error, mark.LeaseUntil, mark.AttemptStart = layout.Failed, msg, 0, 0
+		_, err := w.rewriteMark(m.Window, c.mkey, &mark)
+		return err
+	})
+	if err == nil {
 		c.mu.state = claimFailed
-	default:
+	}
+	return err
+}
+
+// releaseLocked lets the key go at once, for a retry, counting kind.
+func (c *Claim) releaseLocked(ctx context.Context, kind outcome) error {
+	err := c.updateLocked(ctx, kind, nil, nil, func(w *writeTx, _ *op, m *layout.FoundMark) error {
+		mark := m.Mark
+		mark.LeaseUntil = releasedLease
+		return w.putMark(m.Window, c.mkey, &mark) // released: nothing to outlive
+	})
+	if err == nil {
 		c.mu.state = claimReleased
 	}
 	return err
@@ -457,6 +479,8 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effec
 		}
 	case errors.Is(err, ErrFenced):
 		c.mu.lost, kind = err, outcomeFenced
+	case errors.Is(err, ErrParkFull):
+		kind = outcomeParkRefused
 	case errors.Is(err, ErrClaimDone), errors.Is(err, ErrInvalidLease), errors.Is(err, ErrResponseTooLarge):
 		kind = outcomeInvalid
 	default:

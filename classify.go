@@ -60,7 +60,7 @@ var giveUp = []error{
 	ErrHandlerRequired, ErrKeyRequired, ErrKeyTooLarge, ErrValueTooLarge, ErrResponseTooLarge, ErrMarkOwnKey, ErrPublish, ErrInvalidMark, ErrBucketNameRequired,
 	ErrInvalidOptions, ErrInvalidFingerprint, ErrInvalidLease, ErrInvalidFence, ErrResourceRequired,
 	ErrTxNotWritable, ErrTxClosed, ErrIncompatibleValue, ErrUnversioned, ErrExhausted,
-	ErrClaimDone, ErrUnknownClaim, ErrNotFound,
+	ErrClaimDone, ErrUnknownClaim, ErrNotFound, ErrParked, ErrParkFull, ErrNotParked,
 	ErrNotOncekv, ErrFormatVersion, ErrCorrupt,
 }
 
@@ -70,7 +70,8 @@ var giveUp = []error{
 //   - nil: Ack.
 //   - ErrClosed, ErrReadOnly, ErrPoisoned: Reopen.
 //   - a permanent error (IsPermanent), ErrFailed, ErrKeyReuse, ErrFenced,
-//     the bad input errors, ErrCorrupt and the other file errors: GiveUp.
+//     ErrParked and ErrParkFull (page a human), the bad input errors,
+//     ErrCorrupt and the other file errors: GiveUp.
 //   - ErrInProgress: RetryLater, NotBefore the lease's end.
 //   - ErrNoSpace, ErrLocked: RetryLater.
 //   - ErrVersionConflict, context.Canceled, context.DeadlineExceeded:

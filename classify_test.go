@@ -59,6 +59,9 @@ var classified = map[string]struct {
 	"ErrClaimDone":          {oncekv.ErrClaimDone, oncekv.GiveUp},
 	"ErrUnknownClaim":       {oncekv.ErrUnknownClaim, oncekv.GiveUp},
 	"ErrNotFound":           {oncekv.ErrNotFound, oncekv.GiveUp},
+	"ErrParked":             {&oncekv.ParkedError{}, oncekv.GiveUp},
+	"ErrParkFull":           {oncekv.ErrParkFull, oncekv.GiveUp},
+	"ErrNotParked":          {oncekv.ErrNotParked, oncekv.GiveUp},
 }
 
 // TestClassifyEveryExportedError: every Err variable the root package

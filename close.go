@@ -6,9 +6,10 @@ import (
 )
 
 // Close waits for the calls in flight, stops the background expiry, saves
-// what the next Open needs (the clock, the newest window's Bloom filter),
-// then closes the file; a store opened and closed untouched is left byte
-// for byte as it was. A store that cannot write still closes, with a
+// what the next Open needs (the clock, the newest window's Bloom filter,
+// the ghost filters, the window advisor's report), then closes the file; a
+// store opened and closed untouched (duplicates included) is left byte for
+// byte as it was. A store that cannot write still closes, with a
 // warning. Every later call returns ErrClosed; a second Close waits for the
 // first and returns nil.
 func (db *DB) Close() error {
@@ -26,14 +27,14 @@ func (db *DB) Close() error {
 		// resumes from what this store acted on.
 		db.closing = true
 		err := db.write(func(w *writeTx) error { return save.put(db, w) })
-		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0) {
+		if err != nil && save.clock && (save.newest != nil || len(save.sealed) > 0 || save.ghostsDirty || save.advisor != nil) {
 			db.log.Warn("closing without saving the Bloom filters", "path", db.path, "err", err)
 			save = closeSave{clock: true}
 			err = db.write(func(w *writeTx) error { return save.put(db, w) })
 		}
 		if err != nil {
 			db.log.Warn("closing without saving what the next Open needs", "path", db.path,
-				"clock", save.clock, "filters", save.newest != nil || len(save.sealed) > 0, "err", err)
+				"clock", save.clock, "filters", save.newest != nil || len(save.sealed) > 0 || save.ghostsDirty, "advisor", save.advisor != nil, "err", err)
 		}
 	}
 	return db.bolt.Close()
@@ -48,6 +49,11 @@ type closeSave struct {
 	newest *windowFilter
 	// sealed: filters of sealed windows that Open had to rebuild.
 	sealed []windowFilter
+	// ghosts: the ghost filters (ghosts.go), when they changed.
+	ghosts      []layout.Ghost
+	ghostsDirty bool
+	// advisor: the window advisor's report, when this DB counted some.
+	advisor *layout.Advisor
 }
 
 // windowFilter is a window's start and its in-memory filter.
@@ -73,8 +79,12 @@ func (db *DB) closeNeedsSave() (save closeSave, ok bool) {
 				save.sealed = append(save.sealed, windowFilter{start, w.Filter})
 			}
 		}
+		save.ghosts, save.ghostsDirty = db.ghostsToSave()
 	}
-	return save, save.clock || save.newest != nil || len(save.sealed) > 0
+	// The advisor's report rides on a Close that writes anyway (the clock
+	// moved on, as it does in any real run): duplicates alone write nothing.
+	save.advisor, _ = db.advisorToSave(db.clock.last())
+	return save, save.clock || save.newest != nil || len(save.sealed) > 0 || save.ghostsDirty
 }
 
 // put writes save in w, stamping the newest window's filter with w's
@@ -83,6 +93,16 @@ func (save closeSave) put(db *DB, w *writeTx) error {
 	if save.clock {
 		err := layout.WriteExpiry(w.btx, layout.Expiry{Floor: db.live.Floor(), ClockHigh: w.now.UnixNano()})
 		if err != nil {
+			return err
+		}
+	}
+	if save.advisor != nil {
+		if err := layout.WriteAdvisor(w.btx, save.advisor); err != nil {
+			return err
+		}
+	}
+	if save.ghostsDirty {
+		if err := layout.PutGhosts(w.btx, save.ghosts); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -36,6 +37,12 @@ type DB struct {
 	current *writeTx
 	// live are the live dedup windows and their filters.
 	live *windowset.Set
+	// tombs are the tombstone windows and their filters (tombstones.go).
+	tombs *windowset.Set
+	// ghosts are the filters of expired keys (ghosts.go).
+	ghosts ghostSet
+	// advisor is the window advisor's report the file held at Open.
+	advisor advisorState
 	// dups caches final marks for the duplicate fast path (see cache.go).
 	dups dupcache.Cache
 	// clock is Options.Now, never going backwards.
@@ -57,6 +64,9 @@ type DB struct {
 	// orphansUpTo is the last claim token issued before this Open (see
 	// orphan.go); 0 with Options.KeepOrphanedClaims.
 	orphansUpTo uint64
+	// parkedKeys is Stats.ParkedKeys: the parked keys' index's count at
+	// Open, moved after each commit that parks or resolves one.
+	parkedKeys atomic.Int64
 
 	// expireMu lets one Expire run at a time.
 	expireMu sync.Mutex

@@ -58,13 +58,27 @@
 //     Bucket.PutIfVersion is compare-and-set.
 //   - DB.Claim is Apply for an effect outside the store: a lease and a
 //     fencing token; a worker taken over gets ErrFenced (docs/design/claims.md).
+//     DB.ClaimWith asks a Probe on every takeover whether the earlier attempt
+//     applied its effect; a key it cannot settle is parked (ErrParked) until
+//     DB.ResolveParked, never retried nor dropped (docs/design/probe.md).
+//   - With Options.TombstoneRetention, a key past Retention keeps a
+//     tombstone that still suppresses its duplicates (Result.ResponseExpired);
+//     late duplicates and every duplicate's age are counted per handler
+//     (DB.WindowReport, docs/design/tombstones.md).
 //   - A clock that steps back never revives an expired lease nor drops a
 //     live mark early, across a Close or a crash (docs/design/clock.md).
 //
 // # Caveats
 //
-//   - Dedup lasts for Options.Retention (7 days by default): a retry after
-//     it is applied again. Choose it longer than any retry can be delayed.
+//   - Dedup lasts for Options.Retention (7 days by default), or
+//     TombstoneRetention from a tombstone: a retry after it is applied again
+//     (counted in Counters.LateDuplicates, an estimate). Choose it longer
+//     than any retry can be delayed; `oncekv advise` shows how late they come.
+//   - A tombstone keeps no response and no fingerprint: a duplicate it
+//     answers gets no stored response, and a reused key is not detected.
+//   - A probe is as good as the external system's answer: one that cannot
+//     see a call still in flight must answer OutcomeUnknown for a recent
+//     attempt. Apply takes an expired claim over without a probe.
 //   - The effect must change nothing outside its transaction: under group
 //     commit it may run more than once (docs/design/group-commit.md).
 //   - Dedup does not fix reordering: use PutFenced or PutIfVersion. Plain

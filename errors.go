@@ -300,6 +300,41 @@ var (
 	ErrNotFound = errors.New("oncekv: no mark for the key")
 )
 
+// Errors of parked keys (DB.ClaimWith's probe, DB.ResolveParked), wrapped
+// in a *RequestError. A parked key runs nothing until an operator resolves
+// it (docs/design/probe.md).
+var (
+	// ErrParked: the key is parked: a takeover's probe could not tell
+	// whether an earlier attempt applied its effect, so neither a retry
+	// (a second effect) nor dropping it (a lost one) is safe. Apply, Claim
+	// and every duplicate get it, as a *ParkedError, until an operator
+	// calls DB.ResolveParked (`oncekv resolve`). Give up on the delivery
+	// and page a human.
+	ErrParked = errors.New("oncekv: key parked: an earlier attempt's outcome is unknown; an operator must resolve it")
+	// ErrParkFull: a probe answered OutcomeUnknown while Options.MaxParked
+	// keys were parked: this key could not be parked. It stays claimable,
+	// its earlier attempt still in doubt: the next takeover probes again.
+	ErrParkFull = errors.New("oncekv: cannot park the key: Options.MaxParked keys are parked already")
+	// ErrNotParked: DB.ResolveParked of a key that is not parked.
+	ErrNotParked = errors.New("oncekv: the key is not parked")
+)
+
+// ParkedError is ErrParked with the attempt in doubt, for the page a human
+// gets: its token (which the external system may have seen), when it took
+// the key, and how many takeovers the key had.
+type ParkedError struct {
+	Attempt Attempt
+}
+
+// Error implements error.
+func (e *ParkedError) Error() string {
+	return fmt.Sprintf("%v (the attempt with token %d, started %s, after %d takeovers)", ErrParked,
+		e.Attempt.Token, e.Attempt.Started.UTC().Format(time.RFC3339Nano), e.Attempt.Takeovers)
+}
+
+// Unwrap makes errors.Is(err, ErrParked) true.
+func (e *ParkedError) Unwrap() error { return ErrParked }
+
 // trimmed wraps err so that its message loses a leading "oncekv: ";
 // errors.Is still sees err.
 func trimmed(err error) error { return &trimmedError{err} }

@@ -180,3 +180,71 @@ func ExampleBucket_PutIfVersion() {
 	})
 	// Output: visits = 3, version 3
 }
+
+// A legacy payment API cannot deduplicate on Claim.Key, but it can say
+// whether it charged one. Worker A charges and dies before Complete; the
+// claim that takes the key over asks the API first, through the probe,
+// and finds the charge made: the key is recorded DONE with the API's
+// receipt and nobody charges again. When the API cannot tell (its status
+// call fails), the key is parked for an operator, who resolves it.
+func ExampleDB_ClaimWith() {
+	clock := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	db, cleanup := openExample(&oncekv.Options{Now: func() time.Time { return clock }})
+	defer cleanup()
+	ctx := context.Background()
+
+	// charges stands for the payment API's own records, by idempotency
+	// key; its status call is down for the keys in down.
+	charges, down := map[string]string{}, map[string]bool{}
+	probe := &oncekv.ClaimOptions{Probe: func(ctx context.Context, key string, prev oncekv.Attempt) (oncekv.Outcome, []byte, error) {
+		switch receipt, charged := charges[key]; {
+		case down[key]:
+			return oncekv.OutcomeUnknown, nil, nil
+		case charged:
+			return oncekv.OutcomeApplied, []byte(receipt), nil
+		}
+		return oncekv.OutcomeNotApplied, nil, nil
+	}}
+
+	for _, order := range []string{"order-1", "order-2"} {
+		req := oncekv.Request{Handler: "charge", Key: order, Payload: []byte("100 EUR")}
+		a, err := db.ClaimWith(ctx, req, time.Minute, probe)
+		if err != nil {
+			log.Fatal(err)
+		}
+		charges[a.Key()] = "receipt " + order // charged; then worker A dies before Complete
+		down[a.Key()] = order == "order-2"
+		clock = clock.Add(2 * time.Minute) // A's lease runs out
+
+		b, err := db.ClaimWith(ctx, req, time.Minute, probe)
+		if errors.Is(err, oncekv.ErrParked) {
+			fmt.Println(order, "parked:", oncekv.Classify(err).Action)
+			continue
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		prev, _ := b.TakenOver()
+		fmt.Printf("%s: took over token %d, done %v: %s\n", order, prev.Token, b.Done(), b.Result().Response)
+	}
+
+	// The operator lists the parked keys, asks the API about each by its
+	// claim key, and resolves it.
+	err := db.Parked(func(m oncekv.MarkInfo) error {
+		fmt.Println("to resolve:", m.Handler, m.Key, "token", m.Token)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := db.ResolveParked("charge", "order-2", true, []byte("receipt order-2")); err != nil {
+		log.Fatal(err)
+	}
+	res, err := db.Apply(ctx, oncekv.Request{Handler: "charge", Key: "order-2", Payload: []byte("100 EUR")}, nil)
+	fmt.Println(string(res.Response), res.Duplicate, err)
+	// Output:
+	// order-1: took over token 1, done true: receipt order-1
+	// order-2 parked: give up
+	// to resolve: charge order-2 token 3
+	// receipt order-2 true <nil>
+}

@@ -6,6 +6,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/layout"
 	"github.com/oncekv/oncekv/internal/windowset"
 )
@@ -23,6 +24,13 @@ type ExpireStats struct {
 	LongestStep time.Duration
 	// Duration is the wall time of the whole call.
 	Duration time.Duration
+	// Tombstones is the number of tombstones the windows left, with
+	// Options.TombstoneRetention.
+	Tombstones uint64
+	// TombstoneWindows and TombstonesDropped count the tombstone windows
+	// deleted, past TombstoneRetention, and their tombstones.
+	TombstoneWindows  int
+	TombstonesDropped uint64
 }
 
 // Expire drops every window whose newest possible mark is older than
@@ -55,21 +63,28 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 	// The earlier of the store's time and the raw reading (docs/design/clock.md).
 	store, raw := db.clock.readRaw()
 	now := min(store.UnixNano(), raw.UnixNano())
+	db.rotateGhosts(now)
+	due := db.expirable(now)
 	floor := db.live.Floor()
-	for _, w := range db.expirable(now) {
+	for _, w := range due {
 		floor = max(floor, db.windowConfig.End(w.Start))
 	}
 	if floor > db.live.Floor() {
-		// The clock's high-water mark is saved with the floor.
-		var high int64
-		if err := db.expireTx(st, func(btx *bolt.Tx) error {
-			high = db.clock.read().UnixNano()
-			return layout.WriteExpiry(btx, layout.Expiry{Floor: floor, ClockHigh: high})
-		}, func() {
-			db.live.DropBelow(floor)
-			db.clockSaved = high // learned under the write lock, as saveClockLocked's
-		}); err != nil {
-			return err
+		// Parked keys first: they are kept until resolved.
+		carry := func(w *writeTx) error { return w.carryParkedLocked(floor) }
+		if !db.tombsOn() {
+			if err := db.raiseFloor(st, floor, carry); err != nil {
+				return err
+			}
+		} else {
+			if err := db.expireTx(st, carry, nil); err != nil {
+				return err
+			}
+			for _, w := range due {
+				if err := db.tombstoneWindow(ctx, st, w); err != nil {
+					return err
+				}
+			}
 		}
 	}
 
@@ -93,8 +108,8 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 				return err
 			}
 			var deleted int
-			err := db.expireTx(st, func(btx *bolt.Tx) (err error) {
-				deleted, gone, err = layout.ExpireSome(btx, start, db.opts.ExpireStep)
+			err := db.expireTx(st, func(w *writeTx) (err error) {
+				deleted, gone, err = layout.ExpireSome(w.btx, start, db.opts.ExpireStep, func(mkey []byte) { db.ghostAdd(bloom.Sum64(mkey)) })
 				return err
 			}, nil)
 			if err != nil {
@@ -106,12 +121,37 @@ func (db *DB) expire(ctx context.Context, st *ExpireStats) error {
 		st.Windows++
 		db.stats.expiredWindows.Add(1)
 	}
-	return nil
+	return db.expireTombs(st, now)
+}
+
+// raiseFloor raises the expiry floor to floor in one small transaction,
+// after first (if not nil) in the same one, so that the windows below it
+// stop answering at once. The clock's high-water mark is saved with it.
+func (db *DB) raiseFloor(st *ExpireStats, floor int64, first func(w *writeTx) error) error {
+	var high int64
+	return db.expireTx(st, func(w *writeTx) error {
+		if first != nil {
+			if err := first(w); err != nil {
+				return err
+			}
+		}
+		high = db.clock.read().UnixNano()
+		if a, ok := db.advisorToSave(time.Unix(0, high)); ok {
+			// Saved with each floor too, so that a crash loses an hour of it.
+			if err := layout.WriteAdvisor(w.btx, a); err != nil {
+				return err
+			}
+		}
+		return layout.WriteExpiry(w.btx, layout.Expiry{Floor: floor, ClockHigh: high})
+	}, func() {
+		db.live.DropBelow(floor)
+		db.clockSaved = high // learned under the write lock, as saveClockLocked's
+	})
 }
 
 // expireTx runs one expiry transaction under the write lock, then learned
 // (if any) before releasing it, and records how long the lock was held.
-func (db *DB) expireTx(st *ExpireStats, fn func(btx *bolt.Tx) error, learned func()) error {
+func (db *DB) expireTx(st *ExpireStats, fn func(w *writeTx) error, learned func()) error {
 	db.writeMu.Lock()
 	defer db.writeMu.Unlock() // released on every exit, a panic in fn or learned included
 	held := time.Now()
@@ -119,7 +159,7 @@ func (db *DB) expireTx(st *ExpireStats, fn func(btx *bolt.Tx) error, learned fun
 		st.LongestStep = max(st.LongestStep, time.Since(held))
 		st.Steps++
 	}()
-	err := db.writeLocked(func(w *writeTx) error { return fn(w.btx) })
+	err := db.writeLocked(fn)
 	if err == nil && learned != nil {
 		learned()
 	}

@@ -95,15 +95,16 @@ func (db *DB) rebuildFilter(b *bolt.Bucket, marks uint64) (*bloom.Filter, error)
 	return f, err
 }
 
-// mayHaveMark reports whether any of live might hold the key hashed h:
-// false means certainly never seen, as of the last commit.
+// mayHaveMark reports whether any of live, or a tombstone window, might
+// hold the key hashed h: false means certainly never seen, as of the last
+// commit.
 func (db *DB) mayHaveMark(live []*windowset.Live, h uint64) bool {
 	for _, w := range live {
 		if w.Filter == nil || db.filterMayContain(w.Filter, h) {
 			return true
 		}
 	}
-	return false
+	return db.mayHaveTomb(h)
 }
 
 // filterMayContain asks f about h, through filterHook when a test set one.

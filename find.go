@@ -26,13 +26,17 @@ func (db *DB) findMark(btx *bolt.Tx, mkey []byte) (*layout.FoundMark, error) {
 func (db *DB) findMarkFrom(btx *bolt.Tx, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
 	if btx.Writable() && db.current != nil && db.current.wroteHash(h) {
 		m, err := layout.FindMark(btx, mkey, db.live.Floor())
+		if m == nil && err == nil {
+			return db.lookInTombs(btx, mkey, h)
+		}
 		return db.releaseOrphan(m), err
 	}
 	return db.lookIn(btx, db.live.Windows(), mkey, h, from)
 }
 
-// lookIn is findMarkFrom in the windows of live only, for a read
-// transaction or a write transaction that did not write the key.
+// lookIn is findMarkFrom in the windows of live, then in every tombstone
+// window (tombstones.go), for a read transaction or a write transaction
+// that did not write the key.
 func (db *DB) lookIn(btx *bolt.Tx, live []*windowset.Live, mkey []byte, h uint64, from int64) (*layout.FoundMark, error) {
 	for i := len(live) - 1; i >= 0 && live[i].Start >= from; i-- {
 		w := live[i]
@@ -52,5 +56,5 @@ func (db *DB) lookIn(btx *bolt.Tx, live []*windowset.Live, mkey []byte, h uint64
 			db.countLookup(btx, false)
 		}
 	}
-	return nil, nil
+	return db.lookInTombs(btx, mkey, h)
 }

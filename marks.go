@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -26,6 +27,10 @@ const (
 	MarkDone MarkState = 2
 	// MarkFailed: the effect failed permanently; duplicates get the error.
 	MarkFailed MarkState = 3
+	// MarkParked: a takeover's probe could not tell whether an earlier
+	// attempt applied its effect; every request gets ErrParked until an
+	// operator resolves it (DB.ResolveParked).
+	MarkParked MarkState = 4
 )
 
 // The values are layout.State's: an index out of range fails the build if
@@ -34,9 +39,10 @@ var (
 	_ = [1]struct{}{}[MarkInProgress-MarkState(layout.InProgress)]
 	_ = [1]struct{}{}[MarkDone-MarkState(layout.Done)]
 	_ = [1]struct{}{}[MarkFailed-MarkState(layout.Failed)]
+	_ = [1]struct{}{}[MarkParked-MarkState(layout.Parked)]
 )
 
-// String returns IN_PROGRESS, DONE or FAILED.
+// String returns IN_PROGRESS, DONE, FAILED or PARKED.
 func (s MarkState) String() string { return layout.State(s).String() }
 
 // MarkInfo is what the store holds about one (handler, key): was it
@@ -60,8 +66,22 @@ type MarkInfo struct {
 	// otherwise, and for a released claim.
 	LeaseUntil time.Time
 	// Token is the fencing token of the claim that wrote the mark; 0 for a
-	// mark Apply wrote from scratch.
+	// mark Apply wrote from scratch. A PARKED mark's is the attempt in
+	// doubt's.
 	Token uint64
+	// AttemptStarted is when the attempt an IN_PROGRESS or PARKED mark
+	// records took the key (FirstSeen for the key's first attempt); zero
+	// for the other states.
+	AttemptStarted time.Time
+	// Takeovers is how many times the key was taken over from an attempt
+	// that recorded no outcome.
+	Takeovers int
+	// ParkedAt is when a PARKED mark was parked; zero otherwise.
+	ParkedAt time.Time
+	// Tombstone: what is left of a DONE or FAILED mark after Retention
+	// (Options.TombstoneRetention): its state, FirstSeen to the minute and
+	// Window; no fingerprint, response, error or token.
+	Tombstone bool
 	// ClaimKey is Claim.Key of this (handler, key).
 	ClaimKey string
 	// Released: an IN_PROGRESS mark any Claim or Apply may take over at once
@@ -96,7 +116,7 @@ func (db *DB) Mark(handler, key string) (MarkInfo, error) {
 				return ErrNotFound
 			}
 			info = db.markInfo(handler, key, mkey, m)
-			return nil
+			return parkedAt(btx, mkey, &info)
 		})
 	})
 	return info, requestError("mark", &req, err)
@@ -152,13 +172,8 @@ func (db *DB) ReleaseClaim(handler, key string, token uint64) error {
 	req := Request{Handler: handler, Key: key}
 	mkey, err := markKey(&req)
 	if err == nil {
-		err = db.write(func(w *writeTx) error {
-			m, err := db.findMark(w.btx, mkey)
+		err = db.updateMark(mkey, func(w *writeTx, m *layout.FoundMark) error {
 			switch {
-			case err != nil:
-				return err
-			case m == nil:
-				return ErrNotFound
 			case m.State != layout.InProgress:
 				return fmt.Errorf("%w: the key is %v", ErrClaimDone, m.State)
 			case m.Token > token:
@@ -174,6 +189,21 @@ func (db *DB) ReleaseClaim(handler, key string, token uint64) error {
 	return requestError("release claim", &req, err)
 }
 
+// updateMark runs fn on mkey's mark in a write transaction, for an
+// operator's call; a key without a mark is ErrNotFound.
+func (db *DB) updateMark(mkey []byte, fn func(w *writeTx, m *layout.FoundMark) error) error {
+	return db.write(func(w *writeTx) error {
+		m, err := db.findMark(w.btx, mkey)
+		switch {
+		case err != nil:
+			return err
+		case m == nil:
+			return ErrNotFound
+		}
+		return fn(w, m)
+	})
+}
+
 func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) MarkInfo {
 	info := MarkInfo{
 		Handler:     handler,
@@ -187,6 +217,11 @@ func (db *DB) markInfo(handler, key string, mkey []byte, m *layout.FoundMark) Ma
 		Token:       m.Token,
 		ClaimKey:    claimKey(mkey),
 		Orphaned:    db.isOrphan(m),
+		Takeovers:   int(m.Takeovers),
+		Tombstone:   m.Tombstone,
+	}
+	if m.State == layout.InProgress || m.State == layout.Parked {
+		info.AttemptStarted = attemptOf(&Request{}, &m.Mark).Started
 	}
 	if m.State == layout.InProgress {
 		if m.LeaseUntil == releasedLease {
@@ -260,6 +295,9 @@ func (db *DB) windowMarks(w *bolt.Bucket, start int64, prefix []byte, state Mark
 			return &RecordError{Bucket: fmt.Sprintf("window %v", time.Unix(0, start).UTC()), Key: fmt.Sprintf("%x", k), Err: errors.New("malformed mark key")}
 		}
 		info := db.markInfo(handler, key, k, db.releaseOrphan(m))
+		if err := parkedAt(w.Tx(), k, &info); err != nil {
+			return err
+		}
 		if err := callUser(func() error { return fn(info) }); err != nil {
 			return err
 		}
@@ -287,8 +325,8 @@ func (db *DB) LoadMarks(marks []MarkInfo) (loaded int, err error) {
 		loaded = 0
 		now := db.clock.read().UnixNano()
 		for i := range marks {
-			if db.windowConfig.ExpiresAt(db.windowConfig.Start(loadTime(&marks[i]))) <= now {
-				continue
+			if marks[i].State != MarkParked && db.windowConfig.ExpiresAt(db.windowConfig.Start(loadTime(&marks[i]))) <= now {
+				continue // a parked key never expires: expiry carries it on
 			}
 			if err := db.loadMarkLocked(w, &marks[i]); err != nil {
 				return requestError("load mark", &Request{Handler: marks[i].Handler, Key: marks[i].Key}, err)
@@ -298,9 +336,14 @@ func (db *DB) LoadMarks(marks []MarkInfo) (loaded int, err error) {
 		return nil
 	})
 	if err != nil {
-		loaded = 0
+		return 0, err
 	}
-	return loaded, err
+	for i := range marks {
+		if marks[i].State == MarkParked {
+			db.parkedKeys.Add(1)
+		}
+	}
+	return loaded, nil
 }
 
 // loadMarkLocked writes one mark of LoadMarks, in w.
@@ -310,7 +353,7 @@ func (db *DB) loadMarkLocked(w *writeTx, info *MarkInfo) error {
 		return err
 	}
 	switch info.State {
-	case MarkDone, MarkFailed:
+	case MarkDone, MarkFailed, MarkParked:
 	case MarkInProgress:
 		return fmt.Errorf("%w: a claim in progress is not loaded", ErrInProgress)
 	default:
@@ -332,11 +375,29 @@ func (db *DB) loadMarkLocked(w *writeTx, info *MarkInfo) error {
 		Error:       info.Error,
 		Token:       info.Token,
 		FirstSeen:   info.FirstSeen.UnixNano(),
+		Takeovers:   uint64(max(info.Takeovers, 0)),
 	}
 	if size := len(m.Response) + len(m.Error); size > MaxResponseSize {
 		return fmt.Errorf("%w: %d bytes, over %d", ErrResponseTooLarge, size, MaxResponseSize)
 	}
-	return w.putMark(db.placeMark(loadTime(info)), mkey, m)
+	window := db.placeMark(loadTime(info))
+	if info.State != MarkParked {
+		return w.putMark(window, mkey, m)
+	}
+	if n := layout.CountParked(w.btx); n >= uint64(max(db.opts.MaxParked, 0)) {
+		return fmt.Errorf("%w (%d, Options.MaxParked)", ErrParkFull, n)
+	}
+	if started := info.AttemptStarted.UnixNano(); !info.AttemptStarted.IsZero() && started != m.FirstSeen {
+		m.AttemptStart = started
+	}
+	at := info.ParkedAt
+	if at.IsZero() {
+		at = w.now
+	}
+	if err := w.putMark(window, mkey, m); err != nil {
+		return err
+	}
+	return layout.PutParked(w.btx, mkey, layout.ParkedEntry{Window: window, At: at.UnixNano()})
 }
 
 // loadTime is the time whose window a loaded mark goes into.
@@ -349,7 +410,8 @@ func loadTime(info *MarkInfo) time.Time {
 
 // Forget drops the mark of (handler, key), so the next delivery is applied
 // again; a key without a mark is no error. A live claim's key returns
-// ErrInProgress (an *InProgressError) and stays.
+// ErrInProgress (an *InProgressError) and stays; a parked key returns
+// ErrParked (resolve it with ResolveParked).
 func (db *DB) Forget(handler, key string) error {
 	if !db.life.enter() {
 		return ErrClosed
@@ -360,18 +422,33 @@ func (db *DB) Forget(handler, key string) error {
 	if err != nil {
 		return requestError("forget", &req, err)
 	}
+	tomb := int64(math.MinInt64)
 	err = db.write(func(w *writeTx) error {
+		tomb = math.MinInt64
 		m, err := db.findMark(w.btx, o.mkey)
 		if err != nil || m == nil {
 			return err
 		}
-		if m.State == layout.InProgress && w.now.UnixNano() < m.LeaseUntil {
+		if m.Tombstone {
+			if deleted, err := w.deleteTomb(m.Window, o.mkey); err != nil || !deleted {
+				return err
+			}
+			tomb = m.Window
+			return nil
+		}
+		switch {
+		case m.State == layout.InProgress && w.now.UnixNano() < m.LeaseUntil:
 			return &InProgressError{until: timeFromNano(m.LeaseUntil)}
+		case m.State == layout.Parked:
+			return &ParkedError{Attempt: attemptOf(&req, &m.Mark)}
 		}
 		return w.deleteMark(m.Window, o.mkey)
 	})
 	if err != nil {
 		return requestError("forget", &req, err)
+	}
+	if tomb != math.MinInt64 {
+		db.tombForgotten(tomb)
 	}
 	return nil
 }

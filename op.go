@@ -24,7 +24,12 @@ const (
 	outcomeInvalid
 	outcomeAborted // ctx done, commit failed, database problem
 	outcomeFenced  // a claim operation by a worker that was taken over
-	outcomeCount   // the number of outcomes; keep last
+	// A takeover's probe answered OutcomeApplied, recorded DONE.
+	outcomeProbeApplied
+	outcomeParked       // a takeover's probe answered OutcomeUnknown: parked
+	outcomeParkRefused  // OutcomeUnknown at Options.MaxParked: ErrParkFull
+	outcomeParkedAnswer // a request of a parked key: ErrParked
+	outcomeCount        // the number of outcomes; keep last
 )
 
 // op is one request on its way through Apply or ApplyBatch.
@@ -93,17 +98,20 @@ func (db *DB) newOp(ctx context.Context, req *Request, effect func(*Tx) ([]byte,
 // answer sets o's outcome from an existing mark, and reports false when the
 // mark does not decide it (an expired claim, to take over).
 func (o *op) answer(m *layout.FoundMark, now time.Time) bool {
-	if m.PayloadHash != o.hash {
+	// A tombstone keeps no fingerprint: key reuse cannot be told.
+	if !m.Tombstone && m.PayloadHash != o.hash {
 		o.fail(outcomeKeyReuse, ErrKeyReuse)
 		return true
 	}
 	switch m.State {
 	case layout.Done:
-		o.res = Result{Response: m.Response, Duplicate: true, FirstSeen: timeFromNano(m.FirstSeen)}
+		o.res = Result{Response: m.Response, Duplicate: true, FirstSeen: timeFromNano(m.FirstSeen), ResponseExpired: m.Tombstone}
 		o.err, o.kind = nil, outcomeDuplicate
 	case layout.Failed:
-		o.res = Result{Duplicate: true, FirstSeen: timeFromNano(m.FirstSeen)}
+		o.res = Result{Duplicate: true, FirstSeen: timeFromNano(m.FirstSeen), ResponseExpired: m.Tombstone}
 		o.err, o.kind = &FailedError{Message: m.Error}, outcomeFailedReplayed
+	case layout.Parked:
+		o.fail(outcomeParkedAnswer, &ParkedError{Attempt: attemptOf(o.req, &m.Mark)})
 	case layout.InProgress:
 		if now.UnixNano() >= m.LeaseUntil {
 			return false

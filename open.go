@@ -103,7 +103,7 @@ func Open(path string, opts *Options) (db *DB, err error) {
 			"reading", reading.UTC(), "store_time", high.UTC(), "max_clock_jump", o.MaxClockJump)
 	}
 	if err := b.View(func(tx *bolt.Tx) error {
-		return errors.Join(db.loadWindows(tx), db.loadOrphanLine(tx))
+		return errors.Join(db.loadWindows(tx), db.loadTombs(tx), db.loadOrphanLine(tx), db.loadParked(tx), db.loadGhosts(tx), db.loadAdvisor(tx))
 	}); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("oncekv: open %q: %w", path, err)
@@ -191,8 +191,9 @@ func fileSpan(b *bolt.DB, asked time.Duration, readOnly bool) (time.Duration, er
 		return 0, fmt.Errorf("%w: WindowSpan = %v: this file's windows are %v; open with WindowSpan %v, or 0 to use the file's",
 			ErrInvalidOptions, asked, time.Duration(stored), time.Duration(stored))
 	case outdated && !readOnly:
-		// A version 2 file: new marks are written in format 3, which a
-		// version 2 build would misread, so the file says so first.
+		// A file of an older format: new records (format 3's marks,
+		// format 4's parked keys and tombstones) would be misread or
+		// ignored by the build that wrote it, so the file says so first.
 		return time.Duration(stored), b.Update(func(tx *bolt.Tx) error { return layout.Upgrade(tx, stored) })
 	}
 	return time.Duration(stored), nil

@@ -574,3 +574,61 @@ func TestReadOnlyNeedsAnOncekvFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, info.Size())
 }
+
+// TestVersion3FileUpgradesToParkedAndTombstones: a store of format 3 (no
+// parked keys, no tombstones, every mark of record version 2) reads as it
+// is read-only, and its first writable open moves it to format 4 before
+// writing a parked key or a tombstone, which a format 3 build would
+// ignore; its old marks stay as they were and answer as before.
+func TestVersion3FileUpgradesToParkedAndTombstones(t *testing.T) {
+	ctx := context.Background()
+	clock := oncetest.NewClock(epoch.Add(10 * time.Minute))
+	path := filepath.Join(t.TempDir(), "v3.db")
+	opts := timeOpts(clock, time.Hour, 2*time.Hour)
+	db, err := oncekv.Open(path, opts)
+	require.NoError(t, err)
+	done := applyKey(t, db, "done")
+	require.NoError(t, db.Close())
+	b, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Update(func(tx *bolt.Tx) error {
+		var f layout.Format
+		meta := tx.Bucket(layout.MetaRoot)
+		require.NoError(t, f.Unmarshal(meta.Get([]byte("format"))))
+		f.Version = 3
+		return meta.Put([]byte("format"), f.Marshal())
+	}))
+	require.NoError(t, b.Close())
+
+	ro := timeOpts(clock, 0, 2*time.Hour)
+	ro.ReadOnly = true
+	db, err = oncekv.Open(path, ro)
+	require.NoError(t, err)
+	require.Equal(t, done.Response, applyKey(t, db, "done").Response)
+	require.NoError(t, db.Close())
+	require.Equal(t, uint32(3), fileFormat(t, path).Version, "a read-only open writes nothing")
+
+	opts.TombstoneRetention = 24 * time.Hour
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	require.Equal(t, uint32(layout.FormatVersion), fileFormat2(t, db), "upgraded before anything new is written")
+	res := applyKey(t, db, "done")
+	require.True(t, res.Duplicate)
+	require.Equal(t, done.Response, res.Response)
+	clock.Advance(4 * time.Hour)
+	st, err := db.Expire(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Tombstones, "the old mark's tombstone")
+	require.True(t, applyKey(t, db, "done").ResponseExpired)
+	require.NoError(t, db.Close())
+}
+
+// fileFormat2 reads the format version of db's file through a backup, as
+// db holds the file.
+func fileFormat2(t *testing.T, db *oncekv.DB) uint32 {
+	t.Helper()
+	copyPath := filepath.Join(t.TempDir(), "copy.db")
+	_, err := db.BackupFile(copyPath)
+	require.NoError(t, err)
+	return fileFormat(t, copyPath).Version
+}

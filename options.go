@@ -30,6 +30,8 @@ const (
 	DefaultInitialMmapSize = 1 << (26 + 4*(bits.UintSize/64))
 	// DefaultMaxHandlerStats is the default of Options.MaxHandlerStats.
 	DefaultMaxHandlerStats = 1000
+	// DefaultMaxParked is the default of Options.MaxParked.
+	DefaultMaxParked = 10000
 )
 
 // MaxWindows is the most windows Retention may span (Retention/WindowSpan):
@@ -60,6 +62,16 @@ type Options struct {
 	// long after it was first seen. Default 7 days; at least WindowSpan, at
 	// most MaxWindows times it. It may change between Opens.
 	Retention time.Duration
+
+	// TombstoneRetention, when not zero, keeps a tombstone of every final
+	// mark after Retention, until TombstoneRetention after its window: a
+	// duplicate that meets one is still suppressed, without its response
+	// (Result.ResponseExpired), at about 22 bytes a key instead of the
+	// mark's (docs/window.md). Default 0: off, marks expire after
+	// Retention. Otherwise more than Retention, and at most MaxWindows
+	// times WindowSpan, as each tombstone window costs a look-up of an
+	// unseen key a filter probe. It may change between Opens.
+	TombstoneRetention time.Duration
 
 	// WindowSpan is the width of a window of marks. A file keeps the span it
 	// was created with: zero means the file's (1h for a new file), another
@@ -115,8 +127,17 @@ type Options struct {
 
 	// MaxHandlerStats caps the handlers with an entry of their own in
 	// Stats.Handlers; later ones count in Stats.OtherHandlers. An entry costs
-	// about 340 bytes plus its name. Default 1000; negative keeps none.
+	// about 700 bytes plus its name (its counters and its duplicates'
+	// ages). Default 1000; negative keeps none.
 	MaxHandlerStats int
+
+	// MaxParked caps the keys parked at once, waiting for an operator
+	// (DB.ClaimWith's probe, DB.Parked). A parked key costs its mark and an
+	// index record on disk, and every expiry that would drop its window
+	// moves it to the newest one; past the cap a probe's OutcomeUnknown
+	// returns ErrParkFull and parks nothing (docs/design/probe.md). Default
+	// 10000; negative parks none.
+	MaxParked int
 
 	// Logger receives "duplicate suppressed" at info level and other
 	// events. Default: nothing is logged.
@@ -166,6 +187,9 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.MaxHandlerStats == 0 {
 		c.MaxHandlerStats = DefaultMaxHandlerStats
 	}
+	if c.MaxParked == 0 {
+		c.MaxParked = DefaultMaxParked
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -189,6 +213,9 @@ func (o *Options) validate() error {
 	}
 	if o.ExpireStep < 0 {
 		bad("ExpireStep", o.ExpireStep, "must be positive (zero means the default)")
+	}
+	if o.TombstoneRetention < 0 {
+		bad("TombstoneRetention", o.TombstoneRetention, "must not be negative (zero means no tombstones)")
 	}
 	if o.MaxGroupSize < 0 {
 		bad("MaxGroupSize", o.MaxGroupSize, "must be positive (zero means the default)")
@@ -219,6 +246,16 @@ func (o *Options) validateWindows() error {
 		return fmt.Errorf("%w: Retention %v / WindowSpan %v is %d windows, over the limit of MaxWindows = %d: "+
 			"make WindowSpan at least %v or Retention shorter",
 			ErrInvalidOptions, o.Retention, o.WindowSpan, n, MaxWindows, (o.Retention+MaxWindows-1)/MaxWindows)
+	}
+	switch t := o.TombstoneRetention; {
+	case t == 0:
+	case t <= o.Retention:
+		return fmt.Errorf("%w: TombstoneRetention = %v: must be longer than Retention (%v), or 0 for no tombstones",
+			ErrInvalidOptions, t, o.Retention)
+	case t/o.WindowSpan > MaxWindows:
+		return fmt.Errorf("%w: TombstoneRetention %v / WindowSpan %v is %d windows, over the limit of MaxWindows = %d: "+
+			"make WindowSpan at least %v or TombstoneRetention shorter",
+			ErrInvalidOptions, t, o.WindowSpan, t/o.WindowSpan, MaxWindows, (t+MaxWindows-1)/MaxWindows)
 	}
 	return nil
 }

@@ -36,8 +36,16 @@ type Result struct {
 	Response []byte
 	// Duplicate: the key was applied before and the effect did not run.
 	Duplicate bool
-	// FirstSeen is when the mark was first written.
+	// FirstSeen is when the mark was first written; from a tombstone, to
+	// the minute.
 	FirstSeen time.Time
+	// ResponseExpired: a duplicate answered from a tombstone, after
+	// Options.Retention, within Options.TombstoneRetention. The key was
+	// applied (or failed: the error is a *FailedError without its message),
+	// and the effect did not run again, but the stored response is gone:
+	// Response is nil. No fingerprint is left either, so a payload other
+	// than the first is not detected (no ErrKeyReuse) (docs/window.md).
+	ResponseExpired bool
 }
 
 // BatchResult is the outcome of one request of ApplyBatch.

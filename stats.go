@@ -39,6 +39,32 @@ type Counters struct {
 	Aborted uint64
 	// Fenced counts claim operations rejected with ErrFenced.
 	Fenced uint64
+
+	// Takeovers counts claims that took a key over from an earlier attempt
+	// that recorded no outcome: its lease ran out, it was released, or its
+	// process died (Claim.TakenOver).
+	Takeovers uint64
+	// ProbeApplied counts takeovers whose probe answered OutcomeApplied:
+	// the key was recorded DONE with the probe's response, the effect not
+	// run again.
+	ProbeApplied uint64
+	// Parked counts keys parked because a probe answered OutcomeUnknown.
+	Parked uint64
+	// ParkRefused counts OutcomeUnknown answers that found
+	// Options.MaxParked keys parked already (ErrParkFull).
+	ParkRefused uint64
+	// ParkedAnswers counts requests answered with ErrParked.
+	ParkedAnswers uint64
+	// TombstoneDuplicates counts the duplicates, in DuplicatesSuppressed
+	// or FailedReplayed too, answered from a tombstone: their stored
+	// response had expired (Result.ResponseExpired).
+	TombstoneDuplicates uint64
+	// LateDuplicates estimates the keys applied again though an expired
+	// window had held them: every record of the key was gone. An estimate
+	// from Bloom filters (docs/design/tombstones.md): it may count a new
+	// key by a false positive, and misses the keys of filters lost to a
+	// crash.
+	LateDuplicates uint64
 }
 
 // Sub returns c - other, for the change between two snapshots.
@@ -54,6 +80,13 @@ func (c Counters) Sub(other Counters) Counters {
 		InvalidRequests:      c.InvalidRequests - other.InvalidRequests,
 		Aborted:              c.Aborted - other.Aborted,
 		Fenced:               c.Fenced - other.Fenced,
+		Takeovers:            c.Takeovers - other.Takeovers,
+		ProbeApplied:         c.ProbeApplied - other.ProbeApplied,
+		Parked:               c.Parked - other.Parked,
+		ParkRefused:          c.ParkRefused - other.ParkRefused,
+		ParkedAnswers:        c.ParkedAnswers - other.ParkedAnswers,
+		TombstoneDuplicates:  c.TombstoneDuplicates - other.TombstoneDuplicates,
+		LateDuplicates:       c.LateDuplicates - other.LateDuplicates,
 	}
 }
 
@@ -68,6 +101,13 @@ func (c *Counters) add(o Counters) {
 	c.InvalidRequests += o.InvalidRequests
 	c.Aborted += o.Aborted
 	c.Fenced += o.Fenced
+	c.Takeovers += o.Takeovers
+	c.ProbeApplied += o.ProbeApplied
+	c.Parked += o.Parked
+	c.ParkRefused += o.ParkRefused
+	c.ParkedAnswers += o.ParkedAnswers
+	c.TombstoneDuplicates += o.TombstoneDuplicates
+	c.LateDuplicates += o.LateDuplicates
 }
 
 // Stats is a snapshot of a DB's counters and gauges; Sub two of them for
@@ -99,8 +139,23 @@ type Stats struct {
 	// Options.MaxClockJump held back since Open.
 	ClockJumps uint64
 
+	// DuplicateAges holds, per handler of Handlers, how old the
+	// duplicates were (their time less their key's FirstSeen):
+	// OtherDuplicateAges sums the handlers past the cap, and
+	// TotalDuplicateAges every handler. `oncekv advise` reads them.
+	DuplicateAges      map[string]AgeHistogram
+	OtherDuplicateAges AgeHistogram
+	TotalDuplicateAges AgeHistogram
+
 	// LiveMarks is the number of marks in the live windows (a gauge).
 	LiveMarks uint64
+	// ParkedKeys is the number of keys parked now, waiting for an operator
+	// (DB.Parked), at most Options.MaxParked (a gauge).
+	ParkedKeys uint64
+	// Tombstones is the number of tombstones kept, and TombstoneWindows
+	// the windows holding only them (gauges; see Options.TombstoneRetention).
+	Tombstones       uint64
+	TombstoneWindows []WindowStats
 	// OldestMarkAge is the age of the oldest live window holding marks; zero
 	// with no marks.
 	OldestMarkAge time.Duration
@@ -137,6 +192,12 @@ func (s Stats) Sub(other Stats) Stats {
 	d.ExpiredWindows -= other.ExpiredWindows
 	d.ExpiredMarks -= other.ExpiredMarks
 	d.ClockJumps -= other.ClockJumps
+	d.DuplicateAges = make(map[string]AgeHistogram, len(s.DuplicateAges))
+	for h, a := range s.DuplicateAges {
+		d.DuplicateAges[h] = a.Sub(other.DuplicateAges[h])
+	}
+	d.OtherDuplicateAges = s.OtherDuplicateAges.Sub(other.OtherDuplicateAges)
+	d.TotalDuplicateAges = s.TotalDuplicateAges.Sub(other.TotalDuplicateAges)
 	d.File = s.File.Sub(other.File)
 	d.CommitHistograms = s.CommitHistograms.Sub(other.CommitHistograms)
 	return d
@@ -146,6 +207,7 @@ func (s Stats) Sub(other Stats) Stats {
 func (db *DB) Stats() Stats {
 	st := db.stats.snapshot()
 	st.ClockJumps = db.clock.jumps.Load()
+	st.ParkedKeys = uint64(max(db.parkedKeys.Load(), 0))
 	now := db.clock.read()
 	for _, w := range db.live.Windows() {
 		ws := WindowStats{
@@ -162,6 +224,7 @@ func (db *DB) Stats() Stats {
 		st.LiveMarks += ws.Marks
 		st.Windows = append(st.Windows, ws)
 	}
+	st.TombstoneWindows, st.Tombstones = db.tombStats()
 	st.File = db.fileStats()
 	st.CommitHistograms = db.stats.commitHist.snapshot()
 	return st
@@ -192,7 +255,22 @@ type statsCollector struct {
 	commitHist          commitHistograms
 }
 
-type handlerCounters [outcomeCount]atomic.Uint64
+// handlerCounters are one handler's counters: one per outcome (and per
+// extra count of extraCounts), and its duplicates' ages.
+type handlerCounters struct {
+	n    [outcomeCount + extraCounts]atomic.Uint64
+	ages ageCounter
+}
+
+// The counts that are not outcomes of a request, indexes of
+// handlerCounters.n after the outcomes: a request answered from a
+// tombstone is a duplicate and a tombstone duplicate.
+const (
+	countTombstone = outcomeCount + iota // a duplicate answered from a tombstone
+	countLate                            // applied again after every record of the key was gone
+	countTakeover                        // a claim took the key over
+	extraCounts    = iota
+)
 
 func (s *statsCollector) count(handler string, kind outcome) {
 	switch kind {
@@ -202,7 +280,12 @@ func (s *statsCollector) count(handler string, kind outcome) {
 		s.invalid.Add(1)
 		return
 	}
-	s.countersOf(handler)[kind].Add(1)
+	s.countersOf(handler).n[kind].Add(1)
+}
+
+// countExtra adds one to handler's count c, one of the count* constants.
+func (s *statsCollector) countExtra(handler string, c outcome) {
+	s.countersOf(handler).n[c].Add(1)
 }
 
 // countersOf returns handler's counters, adding an entry while there is
@@ -245,29 +328,44 @@ func (s *statsCollector) snapshot() Stats {
 		ExpiredWindows:      s.expiredWindows.Load(),
 		ExpiredMarks:        s.expiredMarks.Load(),
 	}
+	st.DuplicateAges = map[string]AgeHistogram{}
 	s.handlers.Range(func(k, v any) bool {
-		c := v.(*handlerCounters).load()
+		h := v.(*handlerCounters)
+		c := h.load()
 		st.Handlers[k.(string)] = c
 		st.Total.add(c)
+		ages := h.ages.snapshot()
+		st.DuplicateAges[k.(string)] = ages
+		st.TotalDuplicateAges = st.TotalDuplicateAges.Add(ages)
 		return true
 	})
 	st.OtherHandlers = s.other.load()
 	st.Total.add(st.OtherHandlers)
+	st.OtherDuplicateAges = s.other.ages.snapshot()
+	st.TotalDuplicateAges = st.TotalDuplicateAges.Add(st.OtherDuplicateAges)
 	st.Total.InvalidRequests += s.invalid.Load()
 	return st
 }
 
 func (h *handlerCounters) load() Counters {
+	n := &h.n
 	return Counters{
-		Applied:              h[outcomeApplied].Load(),
-		DuplicatesSuppressed: h[outcomeDuplicate].Load(),
-		InProgressConflicts:  h[outcomeInProgress].Load(),
-		KeyReuses:            h[outcomeKeyReuse].Load(),
-		FailedRecorded:       h[outcomeFailedRecorded].Load(),
-		FailedReplayed:       h[outcomeFailedReplayed].Load(),
-		EffectErrors:         h[outcomeEffectError].Load(),
-		Aborted:              h[outcomeAborted].Load(),
-		Fenced:               h[outcomeFenced].Load(),
+		Applied:              n[outcomeApplied].Load(),
+		DuplicatesSuppressed: n[outcomeDuplicate].Load(),
+		InProgressConflicts:  n[outcomeInProgress].Load(),
+		KeyReuses:            n[outcomeKeyReuse].Load(),
+		FailedRecorded:       n[outcomeFailedRecorded].Load(),
+		FailedReplayed:       n[outcomeFailedReplayed].Load(),
+		EffectErrors:         n[outcomeEffectError].Load(),
+		Aborted:              n[outcomeAborted].Load(),
+		Fenced:               n[outcomeFenced].Load(),
+		Takeovers:            n[countTakeover].Load(),
+		ProbeApplied:         n[outcomeProbeApplied].Load(),
+		Parked:               n[outcomeParked].Load(),
+		ParkRefused:          n[outcomeParkRefused].Load(),
+		ParkedAnswers:        n[outcomeParkedAnswer].Load(),
+		TombstoneDuplicates:  n[countTombstone].Load(),
+		LateDuplicates:       n[countLate].Load(),
 	}
 }
 

@@ -133,8 +133,11 @@ func (db *DB) learnLocked(marked []markedKey) {
 func (w *writeTx) rewriteMark(from int64, mkey []byte, m *layout.Mark) (int64, error) {
 	db := w.db
 	until := w.now.UnixNano() + int64(db.opts.Retention)
-	if m.State == layout.InProgress {
+	switch m.State {
+	case layout.InProgress:
 		until = m.LeaseUntil
+	case layout.Parked:
+		until = math.MaxInt64 // until resolved: it moves to the newest window
 	}
 	to := from
 	if db.windowConfig.ExpiresAt(from) < until {

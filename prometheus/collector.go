@@ -99,7 +99,15 @@ func (c *Collector) Describe(ch chan<- *prom.Desc) {
 // Collect takes one Stats snapshot and sends every metric from it.
 func (c *Collector) Collect(ch chan<- prom.Metric) {
 	st := c.db.Stats()
-	for h, counters := range c.byLabel(&st) {
+	counters, ages := c.byLabel(&st)
+	for h, a := range ages {
+		buckets := make(map[float64]uint64, oncekv.AgeBuckets)
+		for i, b := range oncekv.AgeBounds() {
+			buckets[b.Seconds()] = a.Buckets[i]
+		}
+		ch <- prom.MustNewConstHistogram(duplicateAge, a.Count, a.Sum.Seconds(), buckets, h)
+	}
+	for h, counters := range counters {
 		for _, m := range handlerMetrics {
 			for _, v := range m.values(counters) {
 				ch <- prom.MustNewConstMetric(m.desc, prom.CounterValue, float64(v.n), append([]string{h}, v.labels...)...)
@@ -124,11 +132,12 @@ func (c *Collector) Collect(ch chan<- prom.Metric) {
 }
 
 // byLabel maps each handler to its label value and sums the handlers that
-// share one (_other). Whatever Total holds beyond the handlers listed (the
-// handlers past the store's own cap, Options.MaxHandlerStats) is _other's
-// too. Invalid requests are left out: a rejected request's handler name may
-// be garbage, so they are counted store-wide (oncekv_invalid_requests_total).
-func (c *Collector) byLabel(st *oncekv.Stats) map[string]oncekv.Counters {
+// share one (_other), their counters and their duplicates' ages. Whatever
+// Total holds beyond the handlers listed (the handlers past the store's own
+// cap, Options.MaxHandlerStats) is _other's too. Invalid requests are left
+// out: a rejected request's handler name may be garbage, so they are
+// counted store-wide (oncekv_invalid_requests_total).
+func (c *Collector) byLabel(st *oncekv.Stats) (map[string]oncekv.Counters, map[string]oncekv.AgeHistogram) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	names := make([]string, 0, len(st.Handlers))
@@ -137,6 +146,7 @@ func (c *Collector) byLabel(st *oncekv.Stats) map[string]oncekv.Counters {
 	}
 	slices.Sort(names) // so that which handlers get in under the cap does not depend on map order
 	out := make(map[string]oncekv.Counters, min(len(names), c.max+1))
+	ages := make(map[string]oncekv.AgeHistogram, min(len(names), c.max+1))
 	listed := oncekv.Counters{}
 	for _, h := range names {
 		label := h
@@ -148,16 +158,20 @@ func (c *Collector) byLabel(st *oncekv.Stats) map[string]oncekv.Counters {
 			}
 		}
 		out[label] = add(out[label], st.Handlers[h])
+		ages[label] = ages[label].Add(st.DuplicateAges[h])
 		listed = add(listed, st.Handlers[h])
 	}
 	if rest := st.Total.Sub(listed); rest != (oncekv.Counters{InvalidRequests: rest.InvalidRequests}) {
 		out[OtherHandler] = add(out[OtherHandler], rest)
 	}
+	if st.OtherDuplicateAges.Count > 0 {
+		ages[OtherHandler] = ages[OtherHandler].Add(st.OtherDuplicateAges)
+	}
 	for label, counters := range out {
 		counters.InvalidRequests = 0
 		out[label] = counters
 	}
-	return out
+	return out, ages
 }
 
 // add returns a + b. Counters has a Sub and no Add; Sub of the two's
@@ -173,5 +187,12 @@ func add(a, b oncekv.Counters) oncekv.Counters {
 	a.InvalidRequests += b.InvalidRequests
 	a.Aborted += b.Aborted
 	a.Fenced += b.Fenced
+	a.Takeovers += b.Takeovers
+	a.ProbeApplied += b.ProbeApplied
+	a.Parked += b.Parked
+	a.ParkRefused += b.ParkRefused
+	a.ParkedAnswers += b.ParkedAnswers
+	a.TombstoneDuplicates += b.TombstoneDuplicates
+	a.LateDuplicates += b.LateDuplicates
 	return a
 }

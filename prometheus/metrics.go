@@ -60,6 +60,23 @@ var handlerMetrics = []handlerMetric{
 		func(c oncekv.Counters) []labelled { return one(c.InProgressConflicts) }},
 	{desc("claims_fenced_total", "Claim operations (Extend, Complete, Fail) refused with ErrFenced: the claim had been taken over.", "handler"),
 		func(c oncekv.Counters) []labelled { return one(c.Fenced) }},
+	{desc("takeovers_total", "Claims that took a key over from an earlier attempt that recorded no outcome: its lease ran out, "+
+		"it was released, or its process died. The earlier attempt may have made its external call (see probe_outcomes_total).", "handler"),
+		func(c oncekv.Counters) []labelled { return one(c.Takeovers) }},
+	{desc("probe_outcomes_total", "What a takeover's probe (ClaimWith) settled: applied (recorded DONE with the probe's response, "+
+		"the effect not run again), parked (the outcome unknown: the key waits for an operator), park_refused (unknown, "+
+		"with MaxParked keys parked already: still claimable). A probe's not applied lets the claim go on, counted nowhere here.", "handler", "outcome"),
+		func(c oncekv.Counters) []labelled {
+			return []labelled{{c.ProbeApplied, []string{"applied"}}, {c.Parked, []string{"parked"}}, {c.ParkRefused, []string{"park_refused"}}}
+		}},
+	{desc("parked_answers_total", "Requests refused with ErrParked: their key waits for an operator (oncekv resolve). Page someone.", "handler"),
+		func(c oncekv.Counters) []labelled { return one(c.ParkedAnswers) }},
+	{desc("tombstone_duplicates_total", "Duplicates that came after Retention and were answered from a tombstone, without their stored response: "+
+		"Retention is shorter than this handler's redeliveries.", "handler"),
+		func(c oncekv.Counters) []labelled { return one(c.TombstoneDuplicates) }},
+	{desc("late_duplicates_total", "Keys applied again after every record of them had expired, estimated from Bloom filters of expired windows: "+
+		"the window (Retention, TombstoneRetention) is too short for this handler.", "handler"),
+		func(c oncekv.Counters) []labelled { return one(c.LateDuplicates) }},
 }
 
 func counter(name, help string, value func(st *oncekv.Stats) float64) storeMetric {
@@ -92,6 +109,12 @@ var storeMetrics = []storeMetric{
 		func(st *oncekv.Stats) float64 { return float64(st.ClockJumps) }),
 	gauge("live_marks", "Marks in the live windows.",
 		func(st *oncekv.Stats) float64 { return float64(st.LiveMarks) }),
+	gauge("parked_keys", "Keys parked now, waiting for an operator (oncekv parked, oncekv resolve); at most Options.MaxParked. Non-zero pages someone.",
+		func(st *oncekv.Stats) float64 { return float64(st.ParkedKeys) }),
+	gauge("tombstones", "Tombstones kept after Retention (Options.TombstoneRetention), about 22 bytes each on disk.",
+		func(st *oncekv.Stats) float64 { return float64(st.Tombstones) }),
+	gauge("tombstone_windows", "Windows that hold only tombstones.",
+		func(st *oncekv.Stats) float64 { return float64(len(st.TombstoneWindows)) }),
 	gauge("oldest_mark_age_seconds", "Age of the oldest live window holding marks; no mark is older. 0 with no marks.",
 		func(st *oncekv.Stats) float64 { return st.OldestMarkAge.Seconds() }),
 	gauge("windows", "Live windows.",
@@ -129,6 +152,9 @@ var (
 		"Time from the start of a write transaction to the end of its commit, fsync and the effects inside it included.")
 	requestsPerCommit = desc("requests_per_commit",
 		"Marks written per commit (requests applied, failed, claimed or completed), over the commits that wrote any: the group size of group commit.")
+	duplicateAge = desc("duplicate_age_seconds",
+		"Age of each duplicate when it came: its time less its key's first delivery. Against Retention, how late redeliveries come "+
+			"(oncekv advise).", "handler")
 )
 
 // descs lists every descriptor, for Describe.
@@ -143,5 +169,5 @@ var descs = func() []*prom.Desc {
 	for _, m := range queueMetrics {
 		all = append(all, m.desc)
 	}
-	return append(all, commitDuration, requestsPerCommit)
+	return append(all, commitDuration, requestsPerCommit, duplicateAge)
 }()

@@ -16,8 +16,11 @@ const (
 	// FormatVersion history: 2, the windows record (the span), the filters
 	// bucket always present, the leases bucket; 3, marks in the binary
 	// record of mark.go with a 16-byte fingerprint (older marks still
-	// decode and are rewritten only when their key is written again).
-	FormatVersion = 3
+	// decode and are rewritten only when their key is written again); 4,
+	// marks of record version 3 (PARKED, a takeover's attempt), the parked
+	// keys' bucket, tombstones, the advisor's record and the ghost filters
+	// (files of format 3 read as they are).
+	FormatVersion = 4
 )
 
 // Format is the record that marks a bbolt file as an oncekv file.

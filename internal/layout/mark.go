@@ -23,6 +23,10 @@ const (
 	// Failed: the effect failed permanently; Error is what every duplicate
 	// gets.
 	Failed State = 3
+	// Parked: a takeover's probe could not tell whether the attempt it took
+	// over applied its effect; the key waits for an operator. Token and
+	// AttemptStart are the attempt in doubt's.
+	Parked State = 4
 )
 
 // String returns the article's name of the state.
@@ -34,6 +38,8 @@ func (s State) String() string {
 		return "DONE"
 	case Failed:
 		return "FAILED"
+	case Parked:
+		return "PARKED"
 	}
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
@@ -60,6 +66,14 @@ type Mark struct {
 	LeaseUntil  int64  // Unix nanoseconds; InProgress only
 	Token       uint64 // fencing token of the claim that wrote it; 0 for Apply
 	FirstSeen   int64  // Unix nanoseconds when the mark was first written
+	// AttemptStart is when the attempt an IN_PROGRESS or PARKED mark
+	// records took the key, Unix nanoseconds; 0 means FirstSeen (the
+	// key's first attempt), so only a takeover stores it.
+	AttemptStart int64
+	// Takeovers counts the claims that took the key over from an attempt
+	// that recorded no outcome (its lease ran out, it was released or
+	// orphaned).
+	Takeovers uint64
 }
 
 // Fingerprint returns what a mark keeps of the payload hash sum: its first
@@ -87,8 +101,16 @@ func Fingerprint(sum [HashSize]byte) [HashSize]byte {
 //
 // then the record's CRC-32C. Every optional field has one encoding, so
 // that a record the decoder accepts encodes back to the same bytes.
+//
+// Record version 3 (format 4) holds what version 2 cannot: the PARKED
+// state and a takeover's attempt. Its head is a uvarint: the state in bits
+// 0-2, the four field bits above at 3-6, then attempt start (bit 7: 8
+// bytes, little-endian, after the token) and takeovers (bit 8: a uvarint,
+// last). A mark version 2 can hold is always written as version 2, and a
+// version 3 record of one is refused: one encoding per mark, as above.
 const (
 	markVersion   = 2 // record version of the binary mark; 1 is the msgpack one
+	markVersionV3 = 3 // the binary mark with a wider head (see above)
 	legacyVersion = 1
 
 	stateBits   = 0b11
@@ -96,37 +118,63 @@ const (
 	hasError    = 1 << 3
 	hasLease    = 1 << 4
 	hasToken    = 1 << 5
-	knownBits   = stateBits | hasResponse | hasError | hasLease | hasToken
+	fieldBits   = hasResponse | hasError | hasLease | hasToken
+	knownBits   = stateBits | fieldBits
+
+	// The head of version 3: the field bits shifted up one, for a state in
+	// three bits, then the attempt's.
+	stateBitsV3  = 0b111
+	v3Shift      = 1
+	hasAttempt   = 1 << 7
+	hasTakeovers = 1 << 8
+	knownBitsV3  = stateBitsV3 | fieldBits<<v3Shift | hasAttempt | hasTakeovers
 
 	fixedBody = 1 + FingerprintSize + 8
 )
 
+// needsV3 reports whether m has what only record version 3 holds.
+func (m *Mark) needsV3() bool {
+	return m.State > Failed || m.AttemptStart != 0 || m.Takeovers != 0
+}
+
 // Marshal encodes the mark in the current format, in one allocation: the
 // value bbolt keeps until the transaction ends.
 func (m *Mark) Marshal() []byte {
-	head, n := byte(m.State)&stateBits, fixedBody
+	var fields uint64
+	n := FingerprintSize + 8
 	if m.Response != nil {
-		head |= hasResponse
+		fields |= hasResponse
 		n += uvarintLen(uint64(len(m.Response))) + len(m.Response)
 	}
 	if m.Error != "" {
-		head |= hasError
+		fields |= hasError
 		n += uvarintLen(uint64(len(m.Error))) + len(m.Error)
 	}
 	if m.LeaseUntil != 0 {
-		head |= hasLease
+		fields |= hasLease
 		n += uvarintLen(zigzag(m.LeaseUntil))
 	}
 	if m.Token != 0 {
-		head |= hasToken
+		fields |= hasToken
 		n += uvarintLen(m.Token)
 	}
-	out := envelope.Alloc(markVersion, n)
-	b := envelope.Body(out)
-	b[0] = head
-	copy(b[1:], m.PayloadHash[:FingerprintSize])
-	binary.LittleEndian.PutUint64(b[1+FingerprintSize:], uint64(m.FirstSeen))
-	b = b[fixedBody:fixedBody]
+	version, head := byte(markVersion), uint64(m.State)&stateBits|fields
+	if m.needsV3() {
+		version, head = markVersionV3, uint64(m.State)&stateBitsV3|fields<<v3Shift
+		if m.AttemptStart != 0 {
+			head |= hasAttempt
+			n += 8
+		}
+		if m.Takeovers != 0 {
+			head |= hasTakeovers
+			n += uvarintLen(m.Takeovers)
+		}
+	}
+	n += uvarintLen(head)
+	out := envelope.Alloc(version, n)
+	b := binary.AppendUvarint(envelope.Body(out)[:0], head)
+	b = append(b, m.PayloadHash[:FingerprintSize]...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(m.FirstSeen))
 	if m.Response != nil {
 		b = binary.AppendUvarint(b, uint64(len(m.Response)))
 		b = append(b, m.Response...)
@@ -141,7 +189,13 @@ func (m *Mark) Marshal() []byte {
 	if m.Token != 0 {
 		b = binary.AppendUvarint(b, m.Token)
 	}
-	if len(b) != n-fixedBody {
+	if head&hasAttempt != 0 {
+		b = binary.LittleEndian.AppendUint64(b, uint64(m.AttemptStart))
+	}
+	if head&hasTakeovers != 0 {
+		b = binary.AppendUvarint(b, m.Takeovers)
+	}
+	if len(b) != n {
 		panic("oncekv: mark size miscounted") // a bug here, never input
 	}
 	envelope.Finish(out)
@@ -153,6 +207,8 @@ var (
 	errVarint    = errors.New("malformed or non-minimal varint")
 	errFieldSize = errors.New("field longer than the record")
 	errEmptyOpt  = errors.New("optional field present with its zero value")
+	// errNotCanonical: a version 3 record of a mark version 2 holds.
+	errNotCanonical = errors.New("mark record version 3 of a mark version 2 holds")
 )
 
 // Unmarshal decodes and validates a mark, of the current format or of the
@@ -166,52 +222,83 @@ func (m *Mark) Unmarshal(raw []byte) error {
 		return err
 	case version == legacyVersion:
 		return m.unmarshalLegacy(raw)
-	case version != markVersion:
-		return fmt.Errorf("mark record version %d, this build reads %d and %d", version, legacyVersion, markVersion)
+	case version != markVersion && version != markVersionV3:
+		return fmt.Errorf("mark record version %d, this build reads %d to %d", version, legacyVersion, markVersionV3)
 	case len(b) < fixedBody:
 		return fmt.Errorf("mark body is %d bytes, want at least %d", len(b), fixedBody)
 	}
-	head := b[0]
-	if head&^knownBits != 0 {
-		return errMarkHead
+	d := fieldDecoder{b: b}
+	var fields uint64
+	if version == markVersion {
+		head := uint64(b[0])
+		d.b = b[1:]
+		if head&^knownBits != 0 {
+			return errMarkHead
+		}
+		fields, err = head&fieldBits, m.setState(head&stateBits, Failed)
+	} else {
+		head := d.uvarint()
+		switch {
+		case d.err != nil:
+			return d.err
+		case head&^knownBitsV3 != 0:
+			return errMarkHead
+		}
+		fields = head>>v3Shift&fieldBits | head&(hasAttempt|hasTakeovers)
+		err = m.setState(head&stateBitsV3, Parked)
 	}
-	if err := m.setState(head & stateBits); err != nil {
+	if err != nil {
 		return err
 	}
+	if len(d.b) < FingerprintSize+8 {
+		return fmt.Errorf("mark body is %d bytes, want at least %d", len(b), len(b)-len(d.b)+FingerprintSize+8)
+	}
 	m.PayloadHash = [HashSize]byte{}
-	copy(m.PayloadHash[:], b[1:1+FingerprintSize])
-	m.FirstSeen = int64(binary.LittleEndian.Uint64(b[1+FingerprintSize:]))
-	d := fieldDecoder{b: b[fixedBody:]}
+	copy(m.PayloadHash[:], d.b[:FingerprintSize])
+	m.FirstSeen = int64(binary.LittleEndian.Uint64(d.b[FingerprintSize:]))
+	d.b = d.b[FingerprintSize+8:]
 	m.Response = nil
-	if head&hasResponse != 0 {
+	if fields&hasResponse != 0 {
 		// append to a non-nil empty slice keeps an empty response apart from
 		// a missing one without allocating for it.
 		m.Response = append([]byte{}, d.bytes()...)
 	}
 	m.Error = ""
-	if head&hasError != 0 {
+	if fields&hasError != 0 {
 		m.Error = string(d.nonEmpty(d.bytes()))
 	}
 	m.LeaseUntil = 0
-	if head&hasLease != 0 {
+	if fields&hasLease != 0 {
 		m.LeaseUntil = unzigzag(d.nonZero(d.uvarint()))
 	}
 	m.Token = 0
-	if head&hasToken != 0 {
+	if fields&hasToken != 0 {
 		m.Token = d.nonZero(d.uvarint())
+	}
+	m.AttemptStart = 0
+	if fields&hasAttempt != 0 {
+		m.AttemptStart = int64(d.nonZero(d.fixed64()))
+	}
+	m.Takeovers = 0
+	if fields&hasTakeovers != 0 {
+		m.Takeovers = d.nonZero(d.uvarint())
 	}
 	switch {
 	case d.err != nil:
 		return d.err
 	case len(d.b) != 0:
 		return fmt.Errorf("%d bytes after the mark's fields", len(d.b))
+	case version == markVersionV3 && !m.needsV3():
+		return errNotCanonical
 	}
 	return nil
 }
 
-func (m *Mark) setState(s uint8) error {
+// setState sets the decoded state, refusing one past highest (PARKED is
+// only in record version 3).
+func (m *Mark) setState(s uint64, highest State) error {
 	m.State = State(s)
-	if m.State < InProgress || m.State > Failed {
+	if s < uint64(InProgress) || s > uint64(highest) {
 		return fmt.Errorf("unknown mark state %d", s)
 	}
 	return nil
@@ -253,6 +340,20 @@ func (d *fieldDecoder) bytes() []byte {
 	return v
 }
 
+// fixed64 reads 8 bytes, little-endian.
+func (d *fieldDecoder) fixed64() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.err = errFieldSize
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
 func (d *fieldDecoder) nonEmpty(v []byte) []byte {
 	if d.err == nil && len(v) == 0 {
 		d.err = errEmptyOpt
@@ -284,9 +385,10 @@ func (m *Mark) unmarshalLegacy(raw []byte) error {
 		if err != nil {
 			return err
 		}
-		if err := m.setState(state); err != nil {
+		if err := m.setState(uint64(state), Failed); err != nil {
 			return err
 		}
+		m.AttemptStart, m.Takeovers = 0, 0
 		hash, err := dec.DecodeBytes()
 		if err != nil {
 			return err

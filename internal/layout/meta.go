@@ -26,24 +26,32 @@ type Expiry struct {
 	ClockHigh int64
 }
 
-const expiryFields = 2
-
 // Marshal encodes the record.
-func (e Expiry) Marshal() []byte {
+func (e Expiry) Marshal() []byte { return sealInt64Pair(e.Floor, e.ClockHigh) }
+
+// Unmarshal decodes and validates the record.
+func (e *Expiry) Unmarshal(raw []byte) (err error) {
+	e.Floor, e.ClockHigh, err = unsealInt64Pair(raw)
+	return err
+}
+
+// sealInt64Pair encodes a record of two int64 fields.
+func sealInt64Pair(a, b int64) []byte {
 	return envelope.Seal(func(enc *msgpack.Encoder) error {
-		return errors.Join(enc.EncodeArrayLen(expiryFields), enc.EncodeInt64(e.Floor), enc.EncodeInt64(e.ClockHigh))
+		return errors.Join(enc.EncodeArrayLen(2), enc.EncodeInt64(a), enc.EncodeInt64(b))
 	})
 }
 
-// Unmarshal decodes and validates the record.
-func (e *Expiry) Unmarshal(raw []byte) error {
-	return envelope.Unseal(raw, expiryFields, func(dec *msgpack.Decoder) (err error) {
-		if e.Floor, err = dec.DecodeInt64(); err != nil {
+// unsealInt64Pair decodes a record of two int64 fields.
+func unsealInt64Pair(raw []byte) (a, b int64, err error) {
+	err = envelope.Unseal(raw, 2, func(dec *msgpack.Decoder) (err error) {
+		if a, err = dec.DecodeInt64(); err != nil {
 			return err
 		}
-		e.ClockHigh, err = dec.DecodeInt64()
+		b, err = dec.DecodeInt64()
 		return err
 	})
+	return a, b, err
 }
 
 // ReadExpiry returns the expiry record; a store that never expired
@@ -154,7 +162,7 @@ func readFormat(meta *bolt.Bucket) (Format, error) {
 // Upgrade moves a file of an older format to the current one, so that
 // older builds refuse it from then on: a version 1 file would have its
 // stored span ignored by them, a version 2 file its marks of format 3
-// misread. It records span as the file's window span (a version 2 file
+// misread, a version 3 file its parked keys and tombstones ignored. It records span as the file's window span (a version 2 file
 // has it already: the same value is written back), creates the filters
 // bucket if the file lacks it, and writes the new format version. Marks
 // are not rewritten: old ones still decode, and new ones are written in

@@ -24,6 +24,39 @@ func sampleMarks() []layout.Mark {
 	}
 }
 
+// v3Marks are marks only record version 3 holds: a takeover's claim, a
+// parked key, a final mark that was taken over.
+func v3Marks() []layout.Mark {
+	return []layout.Mark{
+		{State: layout.InProgress, PayloadHash: [32]byte{7}, LeaseUntil: 9, Token: 3, FirstSeen: 1, AttemptStart: 5, Takeovers: 1},
+		{State: layout.Parked, Token: 3, FirstSeen: -1, AttemptStart: math.MinInt64, Takeovers: math.MaxUint64},
+		{State: layout.Parked},
+		{State: layout.Done, Response: []byte{}, Token: 4, Takeovers: 2},
+		{State: layout.Failed, Error: "declined", AttemptStart: math.MaxInt64},
+	}
+}
+
+// TestMarkV3RoundTrip: the marks of record version 3 read back as written,
+// and a mark version 2 holds is still written as version 2, byte for byte
+// as before.
+func TestMarkV3RoundTrip(t *testing.T) {
+	for _, m := range v3Marks() {
+		raw := m.Marshal()
+		require.Equal(t, byte(3), raw[0], "%+v", m)
+		var got layout.Mark
+		require.NoError(t, got.Unmarshal(raw))
+		require.Equal(t, m, got)
+	}
+	for _, m := range sampleMarks() {
+		require.Equal(t, byte(2), m.Marshal()[0], "%+v", m)
+	}
+	// A v2 DONE mark with a 2-byte response, as format 3 files hold it.
+	old := layout.Mark{State: layout.Done, PayloadHash: [32]byte{1}, Response: []byte("ok"), FirstSeen: 1}
+	want := append([]byte{2, 0x06, 1}, make([]byte, 15)...)
+	want = append(want, 1, 0, 0, 0, 0, 0, 0, 0, 2, 'o', 'k')
+	require.Equal(t, want, old.Marshal()[:len(want)])
+}
+
 func TestMarkRoundTrip(t *testing.T) {
 	for _, m := range sampleMarks() {
 		var got layout.Mark
@@ -119,11 +152,11 @@ func TestMarkDecodeRejectsNonCanonical(t *testing.T) {
 		"varint overflow":     append(withHead(fixed, 1<<5), bytes.Repeat([]byte{0xff}, 11)...),
 		"trailing byte":       append(bytes.Clone(fixed), 0),
 		"field missing":       withHead(fixed, 1<<2),
-		"record version 3":    nil,
+		"record version 4":    nil,
 	} {
 		version := byte(2)
 		if body == nil {
-			version, body = 3, fixed
+			version, body = 4, fixed
 		}
 		raw := envelope.Alloc(version, len(body))
 		copy(envelope.Body(raw), body)
@@ -133,6 +166,32 @@ func TestMarkDecodeRejectsNonCanonical(t *testing.T) {
 	}
 }
 
+// TestMarkV3DecodeRejectsNonCanonical: record version 3 refuses a mark
+// version 2 holds, a head bit it does not know, PARKED's state in version
+// 2 or in the msgpack form, and an attempt field present with its zero.
+func TestMarkV3DecodeRejectsNonCanonical(t *testing.T) {
+	fp := make([]byte, 16+8)
+	for name, rec := range map[string][]byte{
+		"a v2 mark":            append([]byte{3, byte(layout.Done)}, fp...),
+		"unknown head bit":     append([]byte{3, 0x80 | byte(layout.Parked), 0x04}, fp...),
+		"non-minimal head":     append([]byte{3, 0x80 | byte(layout.Parked), 0x00}, fp...),
+		"state five":           append([]byte{3, 5}, fp...),
+		"zero attempt present": append(append([]byte{3, 0x80 | byte(layout.Parked), 0x01}, fp...), make([]byte, 8)...),
+		"zero takeovers":       append(append([]byte{3, 0x80 | byte(layout.Parked), 0x02}, fp...), 0),
+		"attempt cut short":    append(append([]byte{3, 0x80 | byte(layout.Parked), 0x01}, fp...), 1, 2, 3),
+		"parked in version 2":  append([]byte{2, byte(layout.Parked)}, fp...),
+	} {
+		raw := envelope.Alloc(rec[0], len(rec)-1)
+		copy(envelope.Body(raw), rec[1:])
+		envelope.Finish(raw)
+		var m layout.Mark
+		require.Error(t, m.Unmarshal(raw), name)
+	}
+	legacy := layout.Mark{State: layout.Parked}
+	var m layout.Mark
+	require.Error(t, m.Unmarshal(legacy.MarshalLegacy()), "PARKED in the msgpack form")
+}
+
 func withHead(body []byte, bits byte) []byte {
 	out := bytes.Clone(body)
 	out[0] |= bits
@@ -140,8 +199,8 @@ func withHead(body []byte, bits byte) []byte {
 }
 
 func TestMarkDecodeRejectsDamage(t *testing.T) {
-	m := sampleMarks()[0]
-	for _, raw := range [][]byte{m.Marshal(), m.MarshalLegacy()} {
+	m, v3 := sampleMarks()[0], v3Marks()[0]
+	for _, raw := range [][]byte{m.Marshal(), m.MarshalLegacy(), v3.Marshal()} {
 		for i := range raw {
 			for _, bit := range []byte{0x01, 0x80} {
 				damaged := bytes.Clone(raw)
@@ -247,6 +306,9 @@ func FuzzMarkUnmarshal(f *testing.F) {
 	for _, m := range sampleMarks() {
 		f.Add(m.Marshal())
 		f.Add(m.MarshalLegacy())
+	}
+	for _, m := range v3Marks() {
+		f.Add(m.Marshal())
 	}
 	f.Add([]byte{})
 	f.Add([]byte{1, 0x97})

@@ -14,6 +14,9 @@ import (
 type FoundMark struct {
 	Mark
 	Window int64 // start of its window, Unix nanoseconds
+	// Tombstone: the mark is a tombstone's (see tombstones.go): State and
+	// an approximate FirstSeen only, no fingerprint, no response.
+	Tombstone bool
 }
 
 // FindMark looks for the mark of mkey (see [MarkKey]) in every window that
@@ -146,10 +149,11 @@ func DeleteMark(tx *bolt.Tx, start int64, mkey []byte) (bool, error) {
 func WindowMarks(w *bolt.Bucket) uint64 { return w.Sequence() }
 
 // ExpireSome deletes up to max marks of the window starting at start, and
-// the window bucket and its persisted filter once it is empty. Deleting in
-// bounded steps, each its own transaction, keeps any one step short, so
-// writers never wait long behind expiry whatever the size of the window.
-func ExpireSome(tx *bolt.Tx, start int64, max int) (deleted int, gone bool, err error) {
+// the window bucket and its persisted filter once it is empty, calling
+// onKey (if not nil) with each mark key deleted. Deleting in bounded
+// steps, each its own transaction, keeps any one step short, so writers
+// never wait long behind expiry whatever the size of the window.
+func ExpireSome(tx *bolt.Tx, start int64, max int, onKey func(mkey []byte)) (deleted int, gone bool, err error) {
 	name := WindowName(start)
 	w := tx.Bucket(name)
 	if w != nil {
@@ -157,6 +161,9 @@ func ExpireSome(tx *bolt.Tx, start int64, max int) (deleted int, gone bool, err 
 		c := w.Cursor()
 		for k, _ := c.First(); k != nil && len(keys) < max; k, _ = c.Next() {
 			keys = append(keys, bytes.Clone(k))
+			if onKey != nil {
+				onKey(k)
+			}
 		}
 		for _, k := range keys {
 			if err := w.Delete(k); err != nil {
