@@ -124,7 +124,7 @@ func rewindLocked(tx *bolt.Tx, target, to int64) (st RewindStats, err error) {
 	if exp.Floor > target {
 		// A floor lowered to target must not bring back half-expired windows.
 		for _, start := range below {
-			if _, _, err := layout.ExpireSome(tx, start, math.MaxInt); err != nil {
+			if _, _, err := layout.ExpireSome(tx, start, math.MaxInt, nil); err != nil {
 				return st, err
 			}
 		}
@@ -190,9 +190,19 @@ func moveWindow(tx *bolt.Tx, start, target, to int64) (n moved, end int64, err e
 		if _, err := layout.PutMark(tx, target, k, marks[i]); err != nil {
 			return n, end, err
 		}
+		if marks[i].State == layout.Parked { // the index names the mark's window
+			p, ok, err := layout.GetParked(tx, k)
+			if err == nil && ok {
+				p.Window = target
+				err = layout.PutParked(tx, k, p)
+			}
+			if err != nil {
+				return n, end, err
+			}
+		}
 		n.marks++
 	}
-	_, _, err = layout.ExpireSome(tx, start, math.MaxInt)
+	_, _, err = layout.ExpireSome(tx, start, math.MaxInt, nil)
 	return n, end, err
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
 )
 
 func init() {
@@ -38,15 +39,15 @@ func init() {
 
 // adviceJSON is one handler's line of advise -json.
 type adviceJSON struct {
-	Handler             text    `json:"handler"`
-	Duplicates          uint64  `json:"duplicates"`
-	P50                 float64 `json:"p50_seconds"`
-	P99                 float64 `json:"p99_seconds"`
-	Max                 float64 `json:"max_seconds"`
-	TombstoneDuplicates uint64  `json:"tombstone_duplicates"`
-	LateDuplicates      uint64  `json:"late_duplicates"`
-	Retention           float64 `json:"retention_seconds"`
-	TombstoneRetention  float64 `json:"tombstone_retention_seconds"`
+	Handler             dumpfile.Text `json:"handler"`
+	Duplicates          uint64        `json:"duplicates"`
+	P50                 float64       `json:"p50_seconds"`
+	P99                 float64       `json:"p99_seconds"`
+	Max                 float64       `json:"max_seconds"`
+	TombstoneDuplicates uint64        `json:"tombstone_duplicates"`
+	LateDuplicates      uint64        `json:"late_duplicates"`
+	Retention           float64       `json:"retention_seconds"`
+	TombstoneRetention  float64       `json:"tombstone_retention_seconds"`
 	// Verdict is "late", "tombstones", "thin", "comfortable" or "unknown".
 	Verdict string `json:"verdict"`
 	Advice  string `json:"advice"`
@@ -101,7 +102,7 @@ func runAdvise(sf *storeFlags, out io.Writer, path string, retention, tombstones
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "HANDLER\tDUPLICATES\tP50\tP99\tMAX\tFROM TOMBSTONES\tLATE")
 	for _, row := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t<=%s\t<=%s\t%s\t%d\t%d\n", row.label, row.Duplicates, seconds(row.P50), seconds(row.P99), seconds(row.Max),
+		fmt.Fprintf(tw, "%s\t%d\t<=%s\t<=%s\t%s\t%d\t%d\n", row.label, row.Duplicates, secondsSpan(row.P50), secondsSpan(row.P99), secondsSpan(row.Max),
 			row.TombstoneDuplicates, row.LateDuplicates)
 	}
 	if err := tw.Flush(); err != nil {
@@ -117,7 +118,7 @@ func runAdvise(sf *storeFlags, out io.Writer, path string, retention, tombstones
 // advice judges one handler's figures against the windows, in a sentence.
 func advice(label, name string, w oncekv.HandlerWindow, r oncekv.WindowReport) adviceJSON {
 	a := w.DuplicateAges
-	row := adviceJSON{Handler: text(name), Duplicates: a.Count, P50: a.Quantile(0.5).Seconds(), P99: a.Quantile(0.99).Seconds(),
+	row := adviceJSON{Handler: dumpfile.Text(name), Duplicates: a.Count, P50: a.Quantile(0.5).Seconds(), P99: a.Quantile(0.99).Seconds(),
 		Max: a.Max.Seconds(), TombstoneDuplicates: w.TombstoneDuplicates, LateDuplicates: w.LateDuplicates,
 		Retention: r.Retention.Seconds(), TombstoneRetention: r.TombstoneRetention.Seconds(), label: label}
 	p99, latest := a.Quantile(0.99), a.Max
@@ -187,7 +188,7 @@ func span(d time.Duration) string {
 	return s
 }
 
-func seconds(s float64) string { return span(time.Duration(s * float64(time.Second))) }
+func secondsSpan(s float64) string { return span(time.Duration(s * float64(time.Second))) }
 
 func tombText(d time.Duration) string {
 	if d <= 0 {

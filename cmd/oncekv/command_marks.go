@@ -23,14 +23,14 @@ func init() {
 			var handler, state, win string
 			var limit int
 			fs.StringVar(&handler, "handler", "", "only the marks of this handler")
-			fs.StringVar(&state, "state", "", "only the marks in this state: DONE, FAILED or IN_PROGRESS")
+			fs.StringVar(&state, "state", "", "only the marks in this state: DONE, FAILED, IN_PROGRESS or PARKED")
 			fs.StringVar(&win, "window", "", "only the marks of the window starting at this time, RFC 3339 (see stats)")
 			fs.IntVar(&limit, "limit", 100, "print at most this many marks; 0 prints them all")
 			return func(out io.Writer, args []string) error {
 				filter := oncekv.MarkFilter{Handler: handler}
 				if state != "" {
 					if filter.State = dumpfile.States[state]; filter.State == 0 {
-						return &usageError{fmt.Sprintf("-state %q: want DONE, FAILED or IN_PROGRESS", state)}
+						return &usageError{fmt.Sprintf("-state %q: want DONE, FAILED, IN_PROGRESS or PARKED", state)}
 					}
 				}
 				if win != "" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/dumpfile"
 )
 
 func init() {
@@ -28,7 +29,7 @@ func init() {
 
 // parkedJSON is a parked key as parked -json prints it.
 type parkedJSON struct {
-	markJSON
+	dumpfile.Mark
 	AttemptStarted time.Time `json:"attempt_started"`
 	ParkedAt       time.Time `json:"parked_at"`
 	Takeovers      int       `json:"takeovers"`
@@ -48,7 +49,7 @@ func runParked(sf *storeFlags, out io.Writer, path string) (err error) {
 	err = db.Parked(func(m oncekv.MarkInfo) error {
 		n++
 		if sf.json {
-			return writeJSON(out, parkedJSON{markJSON: toMarkJSON(m), AttemptStarted: m.AttemptStarted.UTC(), ParkedAt: m.ParkedAt.UTC(), Takeovers: m.Takeovers})
+			return writeJSON(out, parkedJSON{Mark: dumpfile.MarkOf(m), AttemptStarted: m.AttemptStarted.UTC(), ParkedAt: m.ParkedAt.UTC(), Takeovers: m.Takeovers})
 		}
 		_, err := fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", stamp(m.ParkedAt), m.Token, stamp(m.AttemptStarted), m.Takeovers,
 			printable([]byte(m.Handler)), printable([]byte(m.Key)), m.ClaimKey)

@@ -59,6 +59,7 @@ var States = map[string]oncekv.MarkState{
 	oncekv.MarkInProgress.String(): oncekv.MarkInProgress,
 	oncekv.MarkDone.String():       oncekv.MarkDone,
 	oncekv.MarkFailed.String():     oncekv.MarkFailed,
+	oncekv.MarkParked.String():     oncekv.MarkParked,
 }
 
 // MarkInfo is the inverse of MarkOf. Errors match ErrInvalidLine: an
