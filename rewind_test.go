@@ -143,3 +143,50 @@ func TestRewindClockBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(before, after), "the refused and the no-op calls changed nothing")
 }
+
+// TestRewindClockKeepsParkedKeys: a key parked while the clock was in the
+// future moves with its index entry, so after the rewind it is still
+// listed, still refused, and resolvable.
+func TestRewindClockKeepsParkedKeys(t *testing.T) {
+	ctx := context.Background()
+	const span, retention, jump = time.Hour, 24 * time.Hour, 50 * 365 * 24 * time.Hour
+	start := epoch.Add(9 * time.Hour)
+	clock := oncetest.NewClock(start)
+	path := filepath.Join(t.TempDir(), "x.db")
+	opts := timeOpts(clock, span, retention)
+	db, err := oncekv.Open(path, opts)
+	require.NoError(t, err)
+	clock.Advance(jump)
+	for range 3 {
+		db.Now()
+	}
+	req := oncekv.Request{Handler: "h", Key: "charge"}
+	_, err = db.Claim(ctx, req, time.Minute)
+	require.NoError(t, err)
+	clock.Advance(2 * time.Minute)
+	unknown := &oncekv.ClaimOptions{Probe: func(context.Context, string, oncekv.Attempt) (oncekv.Outcome, []byte, error) {
+		return oncekv.OutcomeUnknown, nil, nil
+	}}
+	_, err = db.ClaimWith(ctx, req, time.Minute, unknown)
+	require.ErrorIs(t, err, oncekv.ErrParked)
+	require.NoError(t, db.Close())
+
+	clock.Set(start.Add(time.Hour))
+	_, err = oncekv.RewindClock(path, clock.Now(), opts)
+	require.NoError(t, err)
+	oncetest.Check(t, path)
+	db, err = oncekv.Open(path, opts)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	var parked []oncekv.MarkInfo
+	require.NoError(t, db.Parked(func(m oncekv.MarkInfo) error { parked = append(parked, m); return nil }))
+	require.Len(t, parked, 1)
+	require.False(t, parked[0].Window.After(clock.Now()), "the index names the window the mark moved into: %v", parked[0].Window)
+	_, err = db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return nil, nil })
+	require.ErrorIs(t, err, oncekv.ErrParked, "still parked")
+	require.NoError(t, db.ResolveParked("h", "charge", true, []byte("charged")))
+	res, err := db.Apply(ctx, req, func(*oncekv.Tx) ([]byte, error) { return nil, nil })
+	require.NoError(t, err)
+	require.True(t, res.Duplicate)
+	require.Equal(t, "charged", string(res.Response))
+}
