@@ -12,6 +12,17 @@ import (
 	"github.com/oncekv/oncekv/admin"
 )
 
+// mountAdmin is the snippet of docs/queues-and-admin.md: the handler on
+// the program's mux, behind the program's own check.
+func mountAdmin(db *oncekv.DB, mux *http.ServeMux, requireOperator func(http.Handler) http.Handler) error {
+	h, err := admin.New(db, nil)
+	if err != nil {
+		return err
+	}
+	mux.Handle("/debug/oncekv/", http.StripPrefix("/debug/oncekv", requireOperator(h)))
+	return nil
+}
+
 // Example mounts the handler behind the program's own authentication, as
 // the package doc's snippet does.
 func Example() {
@@ -25,10 +36,6 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	h, err := admin.New(db, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
 	requireOperator := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if _, pass, ok := r.BasicAuth(); !ok || pass != "s3cret" { // your own check
@@ -39,8 +46,9 @@ func Example() {
 		})
 	}
 	mux := http.NewServeMux()
-
-	mux.Handle("/debug/oncekv/", http.StripPrefix("/debug/oncekv", requireOperator(h)))
+	if err := mountAdmin(db, mux, requireOperator); err != nil {
+		log.Fatal(err)
+	}
 
 	for _, pass := range []string{"guess", "s3cret"} {
 		req := httptest.NewRequest(http.MethodGet, "/debug/oncekv/stats", nil)
