@@ -22,7 +22,9 @@
 //
 // A queue keeps its messages in user buckets named "oncekv.queue." + its
 // name; do not write to them yourself. A key enqueued again after the dedup
-// window is a new message; Stats reads the whole index.
+// window is a new message. A lease left by a process that is gone is
+// released at the first Open in the next one (Options.KeepOrphanedLeases);
+// a dead-lettered head holds its ordering key (Options.DeadHead).
 //
 // Example is a producer and a consumer, ExampleQueue_EnqueueTx the outbox.
 // The guide, docs/queue.md in the repository, names each guarantee's test.

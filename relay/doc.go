@@ -19,8 +19,9 @@
 //   - Run stops when ctx is done: sends in flight get Options.Grace, and a
 //     send cancelled by the stop is released, never dead-lettered.
 //
-// Options.SendTimeout must stay below the queue's Visibility, or a slow
-// send is taken over and the far side sees both. A budget is per process.
+// The relay heartbeats the lease of a message while its send runs
+// (Options.Heartbeat), so a slow send is not taken over and sent again
+// meanwhile. A budget is per process.
 //
 // Example delivers an order through a receiver that is down at first. The
 // guide, docs/outbox.md in the repository, has the rest.
