@@ -322,6 +322,9 @@ func docFiles(t *testing.T) []string {
 	return append([]string{"README.md"}, docs...)
 }
 
+// listItem is the first line of a Markdown list item.
+var listItem = regexp.MustCompile(`^\s*([-*+]|\d+\.) `)
+
 // docBlock is one fenced code block of a document and the marker above it.
 type docBlock struct {
 	doc, marker, body string
@@ -336,9 +339,19 @@ func docBlocks(t *testing.T, doc string) []docBlock {
 	require.NoError(t, err)
 	var blocks []docBlock
 	lines := strings.Split(string(src), "\n")
+	inList := false // in a list item, whose indented lines continue it
 	for i := 0; i < len(lines); i++ {
 		if strings.HasPrefix(strings.TrimLeft(lines[i], " \t"), "```") && !strings.HasPrefix(lines[i], "```") {
 			t.Fatalf("%s:%d: an indented code block; put it at the start of the line so it is checked", doc, i+1)
+		}
+		indented := strings.HasPrefix(lines[i], "    ") || strings.HasPrefix(lines[i], "\t")
+		switch {
+		case listItem.MatchString(lines[i]):
+			inList = true
+		case indented && !inList && i > 0 && strings.TrimSpace(lines[i-1]) == "":
+			t.Fatalf("%s:%d: a code block made by indenting, which no marker can check; fence it with ``` and mark it", doc, i+1)
+		case !indented && strings.TrimSpace(lines[i]) != "":
+			inList = false
 		}
 		if !strings.HasPrefix(lines[i], "```") {
 			continue
