@@ -25,28 +25,8 @@ import (
 // nothing; a copy without one is refused (400), which shows /pay needs
 // its key. The gateway charged once per payment.
 func TestPayUnderDuplicateInjection(t *testing.T) {
-	db, err := oncekv.Open(filepath.Join(t.TempDir(), "shop.db"), &oncekv.Options{NoSync: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	shop, err := checkout.New(db, 0)
-	require.NoError(t, err)
-	up := httptest.NewServer(shop.Handler())
-	t.Cleanup(up.Close)
-	u, err := url.Parse(up.URL)
-	require.NoError(t, err)
-	p, err := dupproxy.New(&dupproxy.Options{Upstream: u, Fraction: 1, Keys: dupproxy.BothKeys,
+	shop, p, front, client := shopBehindProxy(t, dupproxy.Options{Fraction: 1, Keys: dupproxy.BothKeys,
 		CompareHeaders: []string{"Location", "Content-Type"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, p.Close()) })
-	front := httptest.NewServer(p)
-	t.Cleanup(front.Close)
-
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	client := &http.Client{Jar: jar}
-	resp, err := client.Get(front.URL + "/") // the page: the session cookie
-	require.NoError(t, err)
-	resp.Body.Close()
 	for i := range 3 {
 		req, err := http.NewRequest(http.MethodPost, front.URL+"/pay", strings.NewReader(`{"amount_cents":1200}`))
 		require.NoError(t, err)
@@ -77,4 +57,32 @@ func TestPayUnderDuplicateInjection(t *testing.T) {
 	n, err := shop.Charges()
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
+}
+
+// shopBehindProxy serves a fresh shop behind a dupproxy configured by o
+// (its Upstream set here), both on 127.0.0.1, and returns them, the
+// proxy's URL and a client holding the session cookie of the shop's page.
+func shopBehindProxy(t *testing.T, o dupproxy.Options) (*checkout.Shop, *dupproxy.Proxy, *httptest.Server, *http.Client) {
+	t.Helper()
+	db, err := oncekv.Open(filepath.Join(t.TempDir(), "shop.db"), &oncekv.Options{NoSync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	shop, err := checkout.New(db, 0)
+	require.NoError(t, err)
+	up := httptest.NewServer(shop.Handler())
+	t.Cleanup(up.Close)
+	o.Upstream, err = url.Parse(up.URL)
+	require.NoError(t, err)
+	p, err := dupproxy.New(&o)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	front := httptest.NewServer(p)
+	t.Cleanup(front.Close)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	client := &http.Client{Jar: jar}
+	resp, err := client.Get(front.URL + "/") // the page: the session cookie
+	require.NoError(t, err)
+	resp.Body.Close()
+	return shop, p, front, client
 }

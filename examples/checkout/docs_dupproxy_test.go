@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/dupproxy"
-	"github.com/oncekv/oncekv/examples/checkout"
 )
 
 // The documents whose blocks the tests of this file check, from the
@@ -98,28 +94,8 @@ func TestDocsDupproxyMetrics(t *testing.T) {
 	blocks := docBlocks(t, dupproxyDoc, "<!-- checked: run by TestDocsDupproxyMetrics in examples/checkout -->")
 	require.Len(t, blocks, 1)
 	want := blocks[0]
-	db, err := oncekv.Open(filepath.Join(t.TempDir(), "shop.db"), &oncekv.Options{NoSync: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	shop, err := checkout.New(db, 0)
-	require.NoError(t, err)
-	up := httptest.NewServer(shop.Handler())
-	t.Cleanup(up.Close)
-	u, err := url.Parse(up.URL)
-	require.NoError(t, err)
 	// -fraction 1 -key both -compare-header Location
-	p, err := dupproxy.New(&dupproxy.Options{Upstream: u, Fraction: 1, Keys: dupproxy.BothKeys, CompareHeaders: []string{"Location"}})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, p.Close()) })
-	front := httptest.NewServer(p)
-	t.Cleanup(front.Close)
-
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	client := &http.Client{Jar: jar}
-	resp, err := client.Get(front.URL + "/")
-	require.NoError(t, err)
-	resp.Body.Close()
+	_, p, front, client := shopBehindProxy(t, dupproxy.Options{Fraction: 1, Keys: dupproxy.BothKeys, CompareHeaders: []string{"Location"}})
 	for _, key := range []string{"page-key-1", "page-key-2", "page-key-3", ""} {
 		req, err := http.NewRequest(http.MethodPost, front.URL+"/pay", strings.NewReader(`{"amount_cents":1200}`))
 		require.NoError(t, err)
