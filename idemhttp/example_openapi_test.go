@@ -6,6 +6,7 @@ import (
 	"log"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/oncekv/oncekv/idemhttp"
 )
@@ -17,10 +18,9 @@ import (
 func ExampleMiddleware_OpenAPI() {
 	db, done := exampleDB()
 	defer done()
-	mw, err := idemhttp.New(db, &idemhttp.Options{
-		Scope:      func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil },
-		RequireKey: true,
-	})
+	opts := &idemhttp.Options{Scope: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }}
+	opts.RequireKey, opts.Lease = true, time.Minute // both show in the fragment
+	mw, err := idemhttp.New(db, opts)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func ExampleMiddleware_OpenAPI() {
 	fmt.Println(responses)
 	// Output:
 	// Idempotency-Key in header required: true
-	// Retry-After at most 30 s
+	// Retry-After at most 60 s
 	// [IdempotencyBadRequest IdempotencyBodyTooLarge IdempotencyInProgress IdempotencyKeyReuse IdempotencyStoreFailed IdempotencyUnavailable IdempotencyUnidentified]
 }
 
