@@ -26,6 +26,7 @@ type Middleware struct {
 	methods     map[string]bool
 	fingerprint []string        // canonical header names, in Options order
 	replay      map[string]bool // canonical header names
+	retention   time.Duration   // the store's Retention, for HeaderKeyExpires
 }
 
 // New returns a middleware storing its records in db. It fails with
@@ -41,7 +42,7 @@ func New(db *oncekv.DB, opts *Options) (*Middleware, error) {
 	if o.Now == nil {
 		o.Now = db.Now // one injected clock drives marks, leases and Retry-After
 	}
-	m := &Middleware{db: db, opts: o, methods: map[string]bool{}, replay: map[string]bool{}}
+	m := &Middleware{db: db, opts: o, methods: map[string]bool{}, replay: map[string]bool{}, retention: db.WindowReport().Retention}
 	for _, name := range o.Methods {
 		m.methods[name] = true
 	}
@@ -115,7 +116,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	if c.Done() {
-		m.replayRecord(w, c.Result().Response)
+		res := c.Result()
+		m.replayRecord(w, res.Response, res.FirstSeen)
 		return
 	}
 	st := &state{key: c.Key(), token: c.Token()}
@@ -211,7 +213,7 @@ func (m *Middleware) finish(rec *recorder, r *http.Request, c *oncekv.Claim, st 
 		return
 	}
 	record := rec.record()
-	_, err := c.Complete(context.WithoutCancel(r.Context()), record, st.effect())
+	res, err := c.Complete(context.WithoutCancel(r.Context()), record, st.effect())
 	if err != nil {
 		m.release(c, "the commit failed")
 		var se *stageError
@@ -228,6 +230,7 @@ func (m *Middleware) finish(rec *recorder, r *http.Request, c *oncekv.Claim, st 
 		writeProblem(rec.w, ProblemStoreFailed, http.StatusInternalServerError, "the response could not be recorded; retry the request")
 		return
 	}
+	m.announceStored(rec, res.FirstSeen)
 	rec.send()
 }
 
