@@ -44,16 +44,16 @@ func New(db *oncekv.DB, opts *Options) (*Middleware, error) {
 func init() {
 	// The PostgreSQL adapter (module postgres) builds this middleware over
 	// its store through the bridge, so the HTTP semantics exist once.
-	httpbridge.New = func(store idemcore.Store, opts any) (func(http.Handler) http.Handler, error) {
+	httpbridge.New = func(store idemcore.Store, opts any) (httpbridge.Middleware, error) {
 		o, ok := opts.(*Options)
 		if !ok {
 			return nil, fmt.Errorf("%w: options of type %T, want *idemhttp.Options", ErrInvalidOptions, opts)
 		}
 		m, err := newMiddleware(store, o)
 		if err != nil {
-			return nil, err
+			return nil, err // not a typed nil *Middleware in the interface
 		}
-		return m.Wrap, nil
+		return m, nil
 	}
 }
 

@@ -11,8 +11,14 @@ import (
 	"github.com/oncekv/oncekv/internal/idemcore"
 )
 
+// Middleware is what an *idemhttp.Middleware offers every store.
+type Middleware interface {
+	Wrap(next http.Handler) http.Handler
+	WrapCanonicalJSON(next http.Handler) http.Handler
+}
+
 // New builds idemhttp's middleware over store; opts must be an
-// *idemhttp.Options. It returns the middleware's Wrap, or the error
-// idemhttp.New would (idemhttp.ErrInvalidOptions naming each bad field).
-// It is nil until package idemhttp is initialised.
-var New func(store idemcore.Store, opts any) (wrap func(http.Handler) http.Handler, err error)
+// *idemhttp.Options. It fails as idemhttp.New does
+// (idemhttp.ErrInvalidOptions naming each bad field). It is nil until
+// package idemhttp is initialised.
+var New func(store idemcore.Store, opts any) (Middleware, error)
