@@ -18,7 +18,7 @@ import (
 // Middleware is idemhttp's Idempotency-Key middleware on a PostgreSQL
 // store. It is safe for concurrent use; Wrap as many handlers as needed.
 type Middleware struct {
-	wrap func(http.Handler) http.Handler
+	m httpbridge.Middleware
 }
 
 // New returns the middleware storing its records in store, configured as
@@ -29,20 +29,30 @@ func New(store *postgres.Store, opts *idemhttp.Options) (*Middleware, error) {
 	if store != nil {
 		s = adapter{store}
 	}
-	wrap, err := httpbridge.New(s, opts)
+	m, err := httpbridge.New(s, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Middleware{wrap: wrap}, nil
+	return &Middleware{m: m}, nil
 }
 
 // Wrap returns next behind the middleware, as idemhttp.Middleware.Wrap:
 // it panics if next is nil or m was not made by New.
-func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	if m == nil || m.wrap == nil {
+func (m *Middleware) Wrap(next http.Handler) http.Handler { return m.made().Wrap(next) }
+
+// WrapCanonicalJSON is idemhttp.Middleware.WrapCanonicalJSON: Wrap for
+// JSON APIs, keying a JSON body by its canonical form. It panics as Wrap
+// does.
+func (m *Middleware) WrapCanonicalJSON(next http.Handler) http.Handler {
+	return m.made().WrapCanonicalJSON(next)
+}
+
+// made returns the middleware m wraps, panicking if m was not made by New.
+func (m *Middleware) made() httpbridge.Middleware {
+	if m == nil || m.m == nil {
 		panic("pgidem: Wrap on a Middleware not made by New")
 	}
-	return m.wrap(next)
+	return m.m
 }
 
 // Stage queues fn to run in the pgx.Tx that stores r's response, so the
