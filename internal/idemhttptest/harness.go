@@ -97,6 +97,7 @@ func Run(t *testing.T, h *Harness) {
 		{"DoNotStoreLetsACorrectedRequestReuseTheKey", testDoNotStoreLetsACorrectedRequestReuseTheKey},
 		{"DoNotStoreErrors", testDoNotStoreErrors},
 		{"ReplayedHeaderWithANewlineReplaysWhatWasSent", testReplayedHeaderWithANewlineReplaysWhatWasSent},
+		{"ReplicaTakeoverFencesTheLateAnswer", testReplicaTakeoverFencesTheLateAnswer},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
