@@ -57,9 +57,21 @@
 //
 // Store and Claim are the few calls the protocol makes: claim or replay,
 // extend, complete with staged writes, release, forget. Staged writes are
-// opaque to the core ([]any); each Store runs the ones of its own type and
-// refuses others (Accepts). A write's error reaches the transport wrapped
-// in a *WriteError, which has no Unwrap: an oncekv.Permanent inside must
-// not make the store record the key FAILED, since the protocol releases
-// it.
+// opaque to the core ([]any); each Store runs the ones of its own type,
+// with RunWrites, and refuses others (Accepts). A write's error reaches
+// the transport wrapped in a *WriteError, which has no Unwrap: an
+// oncekv.Permanent inside must not make the store record the key FAILED,
+// since the protocol releases it.
+//
+// # A gRPC interceptor
+//
+// A unary server interceptor maps the steps above: the key and the scope
+// from the incoming metadata and the authenticated peer; the fingerprint
+// from info.FullMethod and the marshalled request; a replay is the stored
+// response message (with its status code, in the interceptor's own record
+// format) sent without calling the handler; the handler runs with
+// Run.Context as its ctx; a non-OK status that must not be kept, a panic
+// or a cancelled call is Release; an OK response, marshalled, is
+// Complete. Its Stage functions find the Run with FromContext and check
+// Run.Store().Accepts, as idemhttp.Stage and pgidem.Stage do.
 package idemcore

@@ -43,12 +43,7 @@ func (c embeddedClaim) Complete(ctx context.Context, response []byte, writes []a
 	var effect func(tx *oncekv.Tx) error
 	if len(writes) > 0 {
 		effect = func(tx *oncekv.Tx) error {
-			for _, w := range writes {
-				if err := w.(func(*oncekv.Tx) error)(tx); err != nil {
-					return &WriteError{err}
-				}
-			}
-			return nil
+			return RunWrites(writes, func(w func(*oncekv.Tx) error) error { return w(tx) })
 		}
 	}
 	_, err := c.Claim.Complete(ctx, response, effect)

@@ -54,3 +54,15 @@ type Claim interface {
 type WriteError struct{ Err error }
 
 func (e *WriteError) Error() string { return "oncekv: staged write: " + e.Err.Error() }
+
+// RunWrites runs writes, each a W (the store's type, which Accepts
+// checked), in order with run, and returns the first error wrapped in a
+// *WriteError: a store's Claim.Complete calls it in its transaction.
+func RunWrites[W any](writes []any, run func(w W) error) error {
+	for _, w := range writes {
+		if err := run(w.(W)); err != nil {
+			return &WriteError{err}
+		}
+	}
+	return nil
+}

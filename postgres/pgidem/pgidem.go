@@ -110,12 +110,7 @@ func (c claim) Complete(ctx context.Context, response []byte, writes []any) erro
 	var effect func(context.Context, pgx.Tx) error
 	if len(writes) > 0 {
 		effect = func(ctx context.Context, tx pgx.Tx) error {
-			for _, w := range writes {
-				if err := w.(func(context.Context, pgx.Tx) error)(ctx, tx); err != nil {
-					return &idemcore.WriteError{Err: err}
-				}
-			}
-			return nil
+			return idemcore.RunWrites(writes, func(w func(context.Context, pgx.Tx) error) error { return w(ctx, tx) })
 		}
 	}
 	_, err := c.Claim.Complete(ctx, response, effect)
