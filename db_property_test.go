@@ -178,12 +178,13 @@ func (m *storeModel) now() int64 {
 	return m.high
 }
 
-// nowFor is now for an Apply or Claim of a key whose live mark is mk: a
-// final mark (DONE or FAILED) answers it without the store reading its
-// clock, since the answer does not depend on the time; a claim's lease, or
-// a write for a key without a mark, does.
-func (m *storeModel) nowFor(mk *mMark) int64 {
-	if mk != nil && mk.state != mClaimed {
+// nowFor is now for an Apply or Claim of a key, with payload, whose live
+// mark is mk: every request reads the store's clock (a claim's lease and a
+// new mark need the time, and a duplicate or a replayed failure counts its
+// age for the window advisor), except one refused as key reuse, which the
+// mark answers without it.
+func (m *storeModel) nowFor(mk *mMark, payload byte) int64 {
+	if mk != nil && mk.payload != payload {
 		return m.high
 	}
 	return m.now()
@@ -336,7 +337,7 @@ func (m *storeModel) applyKey(rt *rapid.T, key string, payload byte) {
 	res, err := m.db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: key, Payload: []byte{payload}},
 		m.effect(key, resp, fail, &ran))
 	mk := m.live(key)
-	now := m.nowFor(mk)
+	now := m.nowFor(mk, payload)
 	if m.expectKnown(rt, mk, payload, now, err, res.Duplicate, res.Response) {
 		require.False(rt, ran, "the effect ran for a key its mark answers")
 		return
@@ -373,7 +374,7 @@ func (m *storeModel) claim(rt *rapid.T) {
 	lease := time.Duration(rapid.IntRange(1, 180).Draw(rt, "lease-min")) * time.Minute
 	c, err := m.db.Claim(context.Background(), oncekv.Request{Handler: "h", Key: key, Payload: []byte{payload}}, lease)
 	mk := m.live(key)
-	now := m.nowFor(mk)
+	now := m.nowFor(mk, payload)
 	var dup bool
 	var resp []byte
 	if err == nil && c.Done() {
@@ -592,7 +593,7 @@ func (m *storeModel) probeAll(rt *rapid.T) {
 		res, err := m.db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: key, Payload: []byte{mk.payload}},
 			func(*oncekv.Tx) ([]byte, error) { ran = true; return nil, errNotApplied })
 		require.False(rt, ran, "key %s lost its mark (a false negative?)", key)
-		m.expectKnown(rt, mk, mk.payload, m.nowFor(mk), err, res.Duplicate, res.Response)
+		m.expectKnown(rt, mk, mk.payload, m.nowFor(mk, mk.payload), err, res.Duplicate, res.Response)
 	}
 }
 

@@ -17,6 +17,11 @@
 // as their idempotency key, Token(r) the claim's fencing token: never the
 // token as the key.
 //
+// Stored answers and their replays carry Idempotency-Key-Expires, the
+// date until which a retry gets them back (HeaderKeyExpires), and
+// Middleware.OpenAPI writes the whole contract, headers, problem types
+// and all, as an OpenAPI 3.1 fragment built from the options.
+//
 // ExampleNew is a payments endpoint. The guide, docs/http.md in the
 // repository, lists every answer, what is stored and for how long.
 package idemhttp

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"time"
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/internal/httpbridge"
@@ -24,6 +25,7 @@ type Middleware struct {
 	methods     map[string]bool
 	fingerprint []string        // canonical header names, in Options order
 	replay      map[string]bool // canonical header names
+	retention   time.Duration   // the store's Retention, for HeaderKeyExpires
 }
 
 // New returns a middleware storing its records in db. It fails with
@@ -74,6 +76,8 @@ func newMiddleware(store idemcore.Store, opts *Options) (*Middleware, error) {
 		opts:    o,
 		methods: map[string]bool{},
 		replay:  map[string]bool{},
+		// The store's Retention, for HeaderKeyExpires.
+		retention: store.Retention(),
 	}
 	for _, name := range o.Methods {
 		m.methods[name] = true
@@ -147,7 +151,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case err != nil:
 		m.claimFailed(w, r, err)
 	case run == nil:
-		m.replayRecord(w, replay)
+		m.replayRecord(w, replay.Response, replay.FirstSeen)
 	default:
 		m.run(w, r, next, run, body)
 	}
@@ -212,7 +216,8 @@ func (m *Middleware) finish(rec *recorder, r *http.Request, run *idemcore.Run) {
 		run.Release("the response is not stored")
 		return
 	}
-	if err := run.Complete(rec.record()); err != nil {
+	res, err := run.Complete(rec.record())
+	if err != nil {
 		m.opts.Logger.Error("idemhttp: storing the response failed", "key", run.Key(), "err", err)
 		if rec.sent {
 			// The client has part of the answer already; a clean end would
@@ -223,6 +228,7 @@ func (m *Middleware) finish(rec *recorder, r *http.Request, run *idemcore.Run) {
 		writeProblem(rec.w, ProblemStoreFailed, http.StatusInternalServerError, "the response could not be recorded; retry the request")
 		return
 	}
+	m.announceStored(rec, res.FirstSeen)
 	rec.send()
 }
 

@@ -46,7 +46,7 @@ type problem struct {
 func writeProblem(w http.ResponseWriter, typ string, status int, detail string) {
 	body, _ := json.Marshal(problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail})
 	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Type", problemMediaType)
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))

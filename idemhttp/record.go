@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // A record is a stored response, the Response of the key's oncekv mark:
@@ -120,7 +121,7 @@ func field(b []byte) (string, []byte, error) {
 }
 
 // replayRecord answers with a stored response.
-func (m *Middleware) replayRecord(w http.ResponseWriter, record []byte) {
+func (m *Middleware) replayRecord(w http.ResponseWriter, record []byte, firstSeen time.Time) {
 	d, err := decodeRecord(record)
 	if err != nil {
 		m.opts.Logger.Error("idemhttp: replay failed", "err", err)
@@ -135,6 +136,7 @@ func (m *Middleware) replayRecord(w http.ResponseWriter, record []byte) {
 		h.Add(sh.name, sh.value)
 	}
 	h.Set("Idempotent-Replayed", "true")
+	m.setKeyExpires(h, firstSeen)
 	if d.omitted {
 		h.Set("Idempotent-Replay-Body-Omitted", "true")
 	}

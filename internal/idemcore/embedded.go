@@ -22,6 +22,8 @@ type embedded struct{ db *oncekv.DB }
 
 func (e embedded) Now() time.Time { return e.db.Now() }
 
+func (e embedded) Retention() time.Duration { return e.db.WindowReport().Retention }
+
 func (e embedded) Accepts(w any) bool {
 	_, ok := w.(func(*oncekv.Tx) error)
 	return ok
@@ -37,17 +39,14 @@ func (e embedded) Claim(ctx context.Context, req oncekv.Request, lease time.Dura
 
 type embeddedClaim struct{ *oncekv.Claim }
 
-func (c embeddedClaim) Response() []byte { return c.Result().Response }
-
-func (c embeddedClaim) Complete(ctx context.Context, response []byte, writes []any) error {
+func (c embeddedClaim) Complete(ctx context.Context, response []byte, writes []any) (oncekv.Result, error) {
 	var effect func(tx *oncekv.Tx) error
 	if len(writes) > 0 {
 		effect = func(tx *oncekv.Tx) error {
 			return RunWrites(writes, func(w func(*oncekv.Tx) error) error { return w(tx) })
 		}
 	}
-	_, err := c.Claim.Complete(ctx, response, effect)
-	return err
+	return c.Claim.Complete(ctx, response, effect)
 }
 
 func (c embeddedClaim) Release(ctx context.Context, why error) error { return c.Fail(ctx, why) }

@@ -24,16 +24,17 @@ type Protocol struct {
 	Logger *slog.Logger
 }
 
-// Begin claims req's key. It returns the stored response when the key was
-// answered before (replay it; the handler must not run), or a Run holding
-// the key, or the claim's error (see Refuse).
-func (p *Protocol) Begin(ctx context.Context, req oncekv.Request) (replay []byte, run *Run, err error) {
+// Begin claims req's key. It returns the stored result when the key was
+// answered before (replay its Response; the handler must not run), or a
+// Run holding the key, or the claim's error (see Refuse).
+func (p *Protocol) Begin(ctx context.Context, req oncekv.Request) (replay *oncekv.Result, run *Run, err error) {
 	c, err := p.Store.Claim(ctx, req, p.Lease)
 	if err != nil {
 		return nil, nil, err
 	}
 	if c.Done() {
-		return c.Response(), nil, nil
+		res := c.Result()
+		return &res, nil, nil
 	}
 	return nil, p.start(ctx, c), nil
 }

@@ -105,24 +105,25 @@ func (r *Run) Close() {
 
 // Complete stores response as the key's answer, with the staged writes, in
 // one transaction, the context's cancellation notwithstanding (the handler
-// has run; its answer is worth keeping). On error nothing is kept and the
+// has run; its answer is worth keeping), and returns the stored result
+// (its FirstSeen dates the key's expiry). On error nothing is kept and the
 // key is released; a staged write's error comes back as itself, not
 // wrapped. A staged write's panic propagates, and the transport's deferred
 // Release frees the key.
-func (r *Run) Complete(response []byte) error {
+func (r *Run) Complete(response []byte) (oncekv.Result, error) {
 	r.mu.Lock()
 	writes := r.mu.writes
 	r.mu.Unlock()
-	err := r.c.Complete(context.WithoutCancel(r.ctx), response, writes)
+	res, err := r.c.Complete(context.WithoutCancel(r.ctx), response, writes)
 	if err == nil {
-		return nil
+		return res, nil
 	}
 	r.Release("the commit failed")
 	var we *WriteError
 	if errors.As(err, &we) {
 		err = we.Err
 	}
-	return err
+	return oncekv.Result{}, err
 }
 
 // Release frees the key at once, keeping nothing, so a retry runs afresh;

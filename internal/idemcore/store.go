@@ -18,6 +18,9 @@ type Store interface {
 	Claim(ctx context.Context, req oncekv.Request, lease time.Duration) (Claim, error)
 	// Now is the store's clock, the one its leases are on.
 	Now() time.Time
+	// Retention is how long a key is deduplicated at least, from when it
+	// was first seen.
+	Retention() time.Duration
 	// Accepts reports whether w is a staged write this store can run.
 	Accepts(w any) bool
 }
@@ -29,17 +32,18 @@ type Claim interface {
 	Key() string
 	// Token is the claim's fencing token, greater at every takeover.
 	Token() uint64
-	// Done reports whether the key was already answered; Response is
-	// then the stored response.
+	// Done reports whether the key was already answered; Result then
+	// holds the stored response and when the key was first seen.
 	Done() bool
-	Response() []byte
+	Result() oncekv.Result
 	// Extend moves the lease's end to lease from now. oncekv.ErrFenced or
 	// oncekv.ErrClaimDone mean the claim is lost.
 	Extend(ctx context.Context, lease time.Duration) error
 	// Complete runs writes (each one Accepts took) and stores response as
-	// the key's answer in one transaction: all or nothing. A write's
-	// error comes back wrapped in a *WriteError.
-	Complete(ctx context.Context, response []byte, writes []any) error
+	// the key's answer in one transaction: all or nothing, returning the
+	// stored result (its FirstSeen). A write's error comes back wrapped
+	// in a *WriteError.
+	Complete(ctx context.Context, response []byte, writes []any) (oncekv.Result, error)
 	// Release frees the key at once, keeping nothing: a retry runs
 	// afresh (oncekv.Claim.Fail with an error that is not Permanent).
 	Release(ctx context.Context, why error) error

@@ -98,6 +98,9 @@ func Run(t *testing.T, h *Harness) {
 		{"DoNotStoreErrors", testDoNotStoreErrors},
 		{"ReplayedHeaderWithANewlineReplaysWhatWasSent", testReplayedHeaderWithANewlineReplaysWhatWasSent},
 		{"ReplicaTakeoverFencesTheLateAnswer", testReplicaTakeoverFencesTheLateAnswer},
+		{"KeyExpiresOnlyOnStoredAnswers", testKeyExpiresOnlyOnStoredAnswers},
+		{"KeyExpiresOnReplaysOfAStreamedAnswer", testKeyExpiresOnReplaysOfAStreamedAnswer},
+		{"HeaderConstantsAreWhatIsSent", testHeaderConstantsAreWhatIsSent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,6 +89,8 @@ type adapter struct{ s *postgres.Store }
 
 func (a adapter) Now() time.Time { return a.s.Now() }
 
+func (a adapter) Retention() time.Duration { return a.s.Retention() }
+
 func (a adapter) Accepts(w any) bool {
 	_, ok := w.(func(context.Context, pgx.Tx) error)
 	return ok
@@ -104,17 +106,14 @@ func (a adapter) Claim(ctx context.Context, req oncekv.Request, lease time.Durat
 
 type claim struct{ *postgres.Claim }
 
-func (c claim) Response() []byte { return c.Result().Response }
-
-func (c claim) Complete(ctx context.Context, response []byte, writes []any) error {
+func (c claim) Complete(ctx context.Context, response []byte, writes []any) (oncekv.Result, error) {
 	var effect func(context.Context, pgx.Tx) error
 	if len(writes) > 0 {
 		effect = func(ctx context.Context, tx pgx.Tx) error {
 			return idemcore.RunWrites(writes, func(w func(context.Context, pgx.Tx) error) error { return w(ctx, tx) })
 		}
 	}
-	_, err := c.Claim.Complete(ctx, response, effect)
-	return err
+	return c.Claim.Complete(ctx, response, effect)
 }
 
 func (c claim) Release(ctx context.Context, why error) error { return c.Fail(ctx, why) }
