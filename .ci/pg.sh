@@ -2,8 +2,9 @@
 # The PostgreSQL store (module postgres/) against a real PostgreSQL: starts
 # a private cluster on 127.0.0.1 with .ci/postgres.sh (installing Debian's
 # postgresql if missing), runs the module's vet and its tests with
-# ONCEKV_PG_DSN set (race detector on), then stops the cluster, whatever
-# happened. The root's conformance run of the same suite is part of the
+# ONCEKV_PG_DSN set (race detector on: the store, and pgidem, idemhttp's
+# suite on PostgreSQL), then the examples module's replica torture test
+# (examples/replicas), then stops the cluster, whatever happened. The root's conformance run of the same suite is part of the
 # root's go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,3 +22,7 @@ echo "== go vet (postgres module)"
 go vet ./...
 echo "== go test -race (postgres module, PostgreSQL at $ONCEKV_PG_DSN)"
 go test -race -count=1 ./...
+
+cd "$root/examples"
+echo "== the replica torture test (examples/replicas: 3 replicas, 8 clients, SIGKILL and SIGSTOP)"
+go test -count=1 -v -run TestReplicasTortured ./replicas

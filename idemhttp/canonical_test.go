@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/internal/idemhttptest"
 )
 
 // bodySeer is a handler that keeps every body it was handed, with its
@@ -19,7 +20,7 @@ import (
 type bodySeer struct {
 	mu     sync.Mutex
 	bodies []string
-	counter
+	idemhttptest.Counter
 }
 
 func (b *bodySeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -35,7 +36,7 @@ func (b *bodySeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Content-Length does not match the body", http.StatusInternalServerError)
 		return
 	}
-	b.counter.ServeHTTP(w, r)
+	b.Counter.ServeHTTP(w, r)
 }
 
 func (b *bodySeer) seen() []string {
@@ -47,12 +48,12 @@ func (b *bodySeer) seen() []string {
 // serveCanonical starts a real server with h behind WrapCanonicalJSON.
 func serveCanonical(t *testing.T, opts *idemhttp.Options, h http.Handler) *httptest.Server {
 	t.Helper()
-	o := idemhttp.Options{Scope: userScope}
+	o := idemhttp.Options{Scope: idemhttptest.UserScope}
 	if opts != nil {
 		o = *opts
-		o.Scope = userScope
+		o.Scope = idemhttptest.UserScope
 	}
-	mw, err := idemhttp.New(openDB(t, newClock(), nil), &o)
+	mw, err := idemhttp.New(openDB(t, idemhttptest.NewClock().Now, nil), &o)
 	require.NoError(t, err)
 	srv := httptest.NewServer(mw.WrapCanonicalJSON(h))
 	t.Cleanup(srv.Close)
@@ -88,33 +89,33 @@ func TestCanonicalJSONReplaysReserialisedBodies(t *testing.T) {
 		if canonicalOn {
 			srv = serveCanonical(t, nil, h)
 		} else {
-			srv = serve(t, openDB(t, newClock(), nil), nil, h)
+			srv = serve(t, openDB(t, idemhttptest.NewClock().Now, nil), nil, h)
 		}
-		c := call{key: "k-1", user: "alice", header: jsonHeader, body: []byte(first)}
-		rep := send(t, srv, c)
-		require.Equal(t, http.StatusCreated, rep.status)
-		require.Equal(t, "run 1 for alice", string(rep.body))
+		c := idemhttptest.Call{Key: "k-1", User: "alice", Header: jsonHeader, Body: []byte(first)}
+		rep := idemhttptest.Send(t, srv, c)
+		require.Equal(t, http.StatusCreated, rep.Status)
+		require.Equal(t, "run 1 for alice", string(rep.Body))
 
 		for _, body := range reserialised {
-			c.body = []byte(body)
-			rep := send(t, srv, c)
+			c.Body = []byte(body)
+			rep := idemhttptest.Send(t, srv, c)
 			if !canonicalOn {
-				typ, _ := problemOf(t, rep)
+				typ, _ := idemhttptest.ProblemOf(t, rep)
 				require.Equal(t, idemhttp.ProblemKeyReuse, typ, "Wrap compares bytes: %s", body)
 				continue
 			}
-			require.Equal(t, http.StatusCreated, rep.status, body)
-			require.True(t, rep.replayed(), body)
-			require.Equal(t, "run 1 for alice", string(rep.body), body)
+			require.Equal(t, http.StatusCreated, rep.Status, body)
+			require.True(t, rep.Replayed(), body)
+			require.Equal(t, "run 1 for alice", string(rep.Body), body)
 		}
 		for _, body := range changed {
-			c.body = []byte(body)
-			rep := send(t, srv, c)
-			require.Equal(t, http.StatusUnprocessableEntity, rep.status, body)
-			typ, _ := problemOf(t, rep)
+			c.Body = []byte(body)
+			rep := idemhttptest.Send(t, srv, c)
+			require.Equal(t, http.StatusUnprocessableEntity, rep.Status, body)
+			typ, _ := idemhttptest.ProblemOf(t, rep)
 			require.Equal(t, idemhttp.ProblemKeyReuse, typ, body)
 		}
-		require.Equal(t, int64(1), h.runs.Load(), "the handler ran once")
+		require.Equal(t, int64(1), h.Runs.Load(), "the handler ran once")
 		require.Equal(t, []string{first}, h.seen(), "the handler read the body as sent")
 	}
 }
@@ -125,8 +126,8 @@ func TestCanonicalJSONHandlerGetsTheBodyAsSent(t *testing.T) {
 	h := &bodySeer{}
 	srv := serveCanonical(t, nil, h)
 	sent := "{ \"b\": 1.50, \"a\": \"\\u00e9\" }\n"
-	rep := send(t, srv, call{key: "k-2", user: "bob", header: jsonHeader, body: []byte(sent)})
-	require.Equal(t, http.StatusCreated, rep.status, string(rep.body))
+	rep := idemhttptest.Send(t, srv, idemhttptest.Call{Key: "k-2", User: "bob", Header: jsonHeader, Body: []byte(sent)})
+	require.Equal(t, http.StatusCreated, rep.Status, string(rep.Body))
 	require.Equal(t, []string{sent}, h.seen())
 }
 
@@ -151,13 +152,13 @@ func TestCanonicalJSONFallsBackToBytes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h := &bodySeer{}
 			srv := serveCanonical(t, &idemhttp.Options{MaxBodyBytes: 40}, h)
-			call := call{key: "k", user: "u", header: c.header, body: []byte(c.first)}
-			require.Equal(t, http.StatusCreated, send(t, srv, call).status)
-			again := send(t, srv, call)
-			require.Equal(t, http.StatusCreated, again.status)
-			require.True(t, again.replayed())
-			call.body = []byte(c.second)
-			typ, _ := problemOf(t, send(t, srv, call))
+			call := idemhttptest.Call{Key: "k", User: "u", Header: c.header, Body: []byte(c.first)}
+			require.Equal(t, http.StatusCreated, idemhttptest.Send(t, srv, call).Status)
+			again := idemhttptest.Send(t, srv, call)
+			require.Equal(t, http.StatusCreated, again.Status)
+			require.True(t, again.Replayed())
+			call.Body = []byte(c.second)
+			typ, _ := idemhttptest.ProblemOf(t, idemhttptest.Send(t, srv, call))
 			require.Equal(t, idemhttp.ProblemKeyReuse, typ)
 			require.Equal(t, []string{c.first}, h.seen())
 		})
@@ -171,7 +172,7 @@ func TestCanonicalJSONKeepsWrapsAnswers(t *testing.T) {
 	h := &bodySeer{}
 	srv := serveCanonical(t, &idemhttp.Options{MaxBodyBytes: 16}, h)
 	big := `{"a":"` + strings.Repeat("x", 20) + `"}`
-	typ, _ := problemOf(t, send(t, srv, call{key: "k", user: "u", header: jsonHeader, body: []byte(big)}))
+	typ, _ := idemhttptest.ProblemOf(t, idemhttptest.Send(t, srv, idemhttptest.Call{Key: "k", User: "u", Header: jsonHeader, Body: []byte(big)}))
 	require.Equal(t, idemhttp.ProblemBodyTooLarge, typ)
 
 	// Without Content-Length (chunked), the limit is found by reading.
@@ -180,7 +181,7 @@ func TestCanonicalJSONKeepsWrapsAnswers(t *testing.T) {
 	req.Header = jsonHeader.Clone()
 	req.Header.Set("Idempotency-Key", "k")
 	req.Header.Set("X-User", "u")
-	mw, err := idemhttp.New(openDB(t, newClock(), nil), &idemhttp.Options{Scope: userScope, MaxBodyBytes: 16})
+	mw, err := idemhttp.New(openDB(t, idemhttptest.NewClock().Now, nil), &idemhttp.Options{Scope: idemhttptest.UserScope, MaxBodyBytes: 16})
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
 	mw.WrapCanonicalJSON(h).ServeHTTP(w, req)
@@ -195,11 +196,11 @@ func TestCanonicalJSONKeepsWrapsAnswers(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
 	require.Contains(t, w.Body.String(), idemhttp.ProblemBodyUnreadable)
 
-	for _, c := range []call{
-		{method: http.MethodPut, key: "k3", user: "u", header: jsonHeader, body: []byte(`{"b":1,"a":2}`)},
-		{user: "u", header: jsonHeader, body: []byte(`{"d":1,"c":2}`)},
+	for _, c := range []idemhttptest.Call{
+		{Method: http.MethodPut, Key: "k3", User: "u", Header: jsonHeader, Body: []byte(`{"b":1,"a":2}`)},
+		{User: "u", Header: jsonHeader, Body: []byte(`{"d":1,"c":2}`)},
 	} {
-		require.Equal(t, http.StatusCreated, send(t, srv, c).status)
+		require.Equal(t, http.StatusCreated, idemhttptest.Send(t, srv, c).Status)
 	}
 	require.Equal(t, []string{`{"b":1,"a":2}`, `{"d":1,"c":2}`}, h.seen())
 	require.Panics(t, func() { mw.WrapCanonicalJSON(nil) })
@@ -209,7 +210,7 @@ func TestCanonicalJSONKeepsWrapsAnswers(t *testing.T) {
 // request whose caller cannot be identified is not read at all.
 func TestCanonicalJSONReadsNoBodyBefore401(t *testing.T) {
 	h := &bodySeer{}
-	mw, err := idemhttp.New(openDB(t, newClock(), nil), &idemhttp.Options{Scope: userScope})
+	mw, err := idemhttp.New(openDB(t, idemhttptest.NewClock().Now, nil), &idemhttp.Options{Scope: idemhttptest.UserScope})
 	require.NoError(t, err)
 	body := &countingReader{r: strings.NewReader(`{"b":1,"a":2}`)}
 	req := httptest.NewRequest(http.MethodPost, "/pay", body)

@@ -2,10 +2,6 @@ package idemhttp
 
 import (
 	"bytes"
-	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,13 +10,16 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/httpbridge"
+	"github.com/oncekv/oncekv/internal/idemcore"
 )
 
 // Middleware is the Idempotency-Key middleware over one store. It is safe
 // for concurrent use; Wrap as many handlers as needed.
 type Middleware struct {
-	db   *oncekv.DB
-	opts Options
+	db    *oncekv.DB // the embedded store, for Lookup; nil on another store
+	proto idemcore.Protocol
+	opts  Options
 	// methods, fingerprint and replay come from Options, never from
 	// requests, so their size is fixed at New.
 	methods     map[string]bool
@@ -32,17 +31,54 @@ type Middleware struct {
 // New returns a middleware storing its records in db. It fails with
 // ErrInvalidOptions when db is nil or opts is invalid (Scope is required).
 func New(db *oncekv.DB, opts *Options) (*Middleware, error) {
+	var store idemcore.Store
+	if db != nil {
+		store = idemcore.Embedded(db)
+	}
+	m, err := newMiddleware(store, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.db = db
+	return m, nil
+}
+
+func init() {
+	// The PostgreSQL adapter (module postgres) builds this middleware over
+	// its store through the bridge, so the HTTP semantics exist once.
+	httpbridge.New = func(store idemcore.Store, opts any) (httpbridge.Middleware, error) {
+		o, ok := opts.(*Options)
+		if !ok {
+			return nil, fmt.Errorf("%w: options of type %T, want *idemhttp.Options", ErrInvalidOptions, opts)
+		}
+		m, err := newMiddleware(store, o)
+		if err != nil {
+			return nil, err // not a typed nil *Middleware in the interface
+		}
+		return m, nil
+	}
+}
+
+// newMiddleware is New over any store.
+func newMiddleware(store idemcore.Store, opts *Options) (*Middleware, error) {
 	o, err := opts.withDefaults()
-	if db == nil {
+	if store == nil {
 		err = errors.Join(fmt.Errorf("%w: db is nil", ErrInvalidOptions), err)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if o.Now == nil {
-		o.Now = db.Now // one injected clock drives marks, leases and Retry-After
+		o.Now = store.Now // one injected clock drives marks, leases and Retry-After
 	}
-	m := &Middleware{db: db, opts: o, methods: map[string]bool{}, replay: map[string]bool{}, retention: db.WindowReport().Retention}
+	m := &Middleware{
+		proto:   idemcore.Protocol{Store: store, Lease: o.Lease, Heartbeat: o.Heartbeat, Now: o.Now, Logger: o.Logger},
+		opts:    o,
+		methods: map[string]bool{},
+		replay:  map[string]bool{},
+		// The store's Retention, for HeaderKeyExpires.
+		retention: store.Retention(),
+	}
 	for _, name := range o.Methods {
 		m.methods[name] = true
 	}
@@ -67,7 +103,7 @@ func New(db *oncekv.DB, opts *Options) (*Middleware, error) {
 // handler for the same reason).
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	switch {
-	case m == nil || m.db == nil:
+	case m == nil || m.proto.Store == nil:
 		panic("idemhttp: Wrap on a Middleware not made by New")
 	case next == nil:
 		panic("idemhttp: Wrap of a nil handler")
@@ -110,32 +146,30 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	req := oncekv.Request{Handler: m.opts.Handler, Key: storeKey(scope, key), Payload: m.fingerprintOf(r, body)}
-	c, err := m.db.Claim(r.Context(), req, m.opts.Lease)
-	if err != nil {
+	replay, run, err := m.proto.Begin(r.Context(), req)
+	switch {
+	case err != nil:
 		m.claimFailed(w, r, err)
-		return
+	case run == nil:
+		m.replayRecord(w, replay.Response, replay.FirstSeen)
+	default:
+		m.run(w, r, next, run, body)
 	}
-	if c.Done() {
-		res := c.Result()
-		m.replayRecord(w, res.Response, res.FirstSeen)
-		return
-	}
-	st := &state{key: c.Key(), token: c.Token()}
-	m.run(w, r, next, c, st, body)
 }
 
 // claimFailed answers a request whose key could not be claimed.
 func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, oncekv.ErrInProgress):
-		secs := retryAfterSeconds(retryAfter(err, m.opts.Now(), m.opts.Lease))
+	refusal := m.proto.Refuse(r.Context(), err)
+	switch refusal.Kind {
+	case idemcore.InProgress:
+		secs := idemcore.RetryAfterSeconds(refusal.RetryAfter)
 		w.Header().Set("Retry-After", fmt.Sprint(secs))
 		writeProblem(w, ProblemInProgress, http.StatusConflict,
 			fmt.Sprintf("a request with this key is still running; retry in %d s", secs))
-	case errors.Is(err, oncekv.ErrKeyReuse):
+	case idemcore.KeyReuse:
 		writeProblem(w, ProblemKeyReuse, http.StatusUnprocessableEntity,
 			"this key was first used with another request (method, path, query or body)")
-	case r.Context().Err() != nil, errors.Is(err, oncekv.ErrClosed):
+	case idemcore.Unavailable:
 		writeProblem(w, ProblemUnavailable, http.StatusServiceUnavailable, "the request could not be recorded; retry it")
 	default:
 		m.opts.Logger.Error("idemhttp: claim failed", "err", err)
@@ -143,84 +177,48 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, err err
 	}
 }
 
-// retryAfter is how long a client should wait before retrying a key held by
-// a running request: until the live claim's lease ends, when err carries it
-// (a LeaseUntil method anywhere in its chain), and otherwise fallback, the
-// whole lease, which the remaining lease never exceeds because every
-// heartbeat extends it to Lease from then.
-func retryAfter(err error, now time.Time, fallback time.Duration) time.Duration {
-	var held interface{ LeaseUntil() time.Time }
-	if errors.As(err, &held) {
-		if until := held.LeaseUntil(); !until.IsZero() {
-			return until.Sub(now)
-		}
-	}
-	return fallback
-}
-
-// retryAfterSeconds rounds d up to whole seconds, at least 1: Retry-After
-// has no finer unit, and 0 would invite a client to retry at once.
-func retryAfterSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second > 0 {
-		s++ // rounded up without adding to d, which may be near its maximum
-	}
-	return max(s, 1)
-}
-
 // run runs next for the claimed key and records or releases the outcome.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, c *oncekv.Claim, st *state, body []byte) {
-	ctx, lost := context.WithCancelCause(context.WithValue(r.Context(), stateKey{}, st))
-	defer lost(nil)
-	hb := m.heartbeat(c, lost)
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, run *idemcore.Run, body []byte) {
 	rec := newRecorder(w, m)
 	settled := false
 	defer func() {
 		// Reached by a panic or runtime.Goexit in the handler too: the key
 		// must not stay held until its lease ends, or a retry would get 409
 		// for a request that is not running.
-		hb.stop()
-		st.close()
+		run.Close()
 		if !settled {
-			m.release(c, "the handler did not return")
+			run.Release("the handler did not return")
 		}
 	}()
-	r2 := r.WithContext(ctx)
+	r2 := r.WithContext(run.Context())
 	r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	next.ServeHTTP(rec, r2)
-	hb.stop()
-	st.close()
-	m.finish(rec, r, c, st)
+	run.Close()
+	m.finish(rec, r, run)
 	// Only now: a staged write that panics inside finish's commit must
 	// release the key too. A second release is refused harmlessly.
 	settled = true
 }
 
 // finish records and sends the response of a handler that returned.
-func (m *Middleware) finish(rec *recorder, r *http.Request, c *oncekv.Claim, st *state) {
+func (m *Middleware) finish(rec *recorder, r *http.Request, run *idemcore.Run) {
 	if r.Context().Err() != nil {
-		m.release(c, "the client went away")
+		run.Release("the client went away")
 		return
 	}
 	rec.decide()
-	if !st.storing() {
-		m.forget(c)
+	if !run.Storing() {
+		run.Forget()
 		_ = rec.sendHeld() // a client gone now has nothing to learn
 		return
 	}
 	if rec.pass {
-		m.release(c, "the response is not stored")
+		run.Release("the response is not stored")
 		return
 	}
-	record := rec.record()
-	res, err := c.Complete(context.WithoutCancel(r.Context()), record, st.effect())
+	res, err := run.Complete(rec.record())
 	if err != nil {
-		m.release(c, "the commit failed")
-		var se *stageError
-		if errors.As(err, &se) {
-			err = se.err
-		}
-		m.opts.Logger.Error("idemhttp: storing the response failed", "key", st.key, "err", err)
+		m.opts.Logger.Error("idemhttp: storing the response failed", "key", run.Key(), "err", err)
 		if rec.sent {
 			// The client has part of the answer already; a clean end would
 			// pass for success.
@@ -232,67 +230,6 @@ func (m *Middleware) finish(rec *recorder, r *http.Request, c *oncekv.Claim, st 
 	}
 	m.announceStored(rec, res.FirstSeen)
 	rec.send()
-}
-
-// release lets a retry claim the key at once, keeping nothing.
-func (m *Middleware) release(c *oncekv.Claim, why string) {
-	// Fail with an ordinary (not Permanent) error releases the key. It can
-	// fail only if the claim was lost already (taken over, done), or the
-	// store failed, in which case the lease frees the key when it ends.
-	if err := c.Fail(context.Background(), errors.New("oncekv: idemhttp: "+why)); err != nil &&
-		!errors.Is(err, oncekv.ErrClaimDone) {
-		m.opts.Logger.Warn("idemhttp: releasing a key failed; it frees itself when its lease ends", "err", err)
-	}
-}
-
-// forget drops the key's mark (DoNotStore): the next request of the key
-// runs afresh, whatever its body. If that fails, the key is released as
-// for a response not stored.
-func (m *Middleware) forget(c *oncekv.Claim) {
-	if err := c.Abandon(context.Background()); err != nil && !errors.Is(err, oncekv.ErrClaimDone) {
-		m.opts.Logger.Warn("idemhttp: forgetting a key failed; releasing it", "err", err)
-		m.release(c, "the handler asked not to store its answer")
-	}
-}
-
-// heartbeat extends c's lease every Options.Heartbeat until stop. If the
-// claim is lost (taken over after a stall), it cancels the handler's
-// context with the reason, so the handler can stop its work.
-func (m *Middleware) heartbeat(c *oncekv.Claim, lost context.CancelCauseFunc) *beat {
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &beat{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		t := time.NewTicker(m.opts.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			err := c.Extend(ctx, m.opts.Lease)
-			if errors.Is(err, oncekv.ErrFenced) || errors.Is(err, oncekv.ErrClaimDone) {
-				lost(err)
-				return
-			}
-			// Any other error (the store is closing, a failed write) is
-			// retried at the next beat; the lease still covers it.
-		}
-	}()
-	return b
-}
-
-// beat is a running heartbeat.
-type beat struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// stop ends the heartbeat and waits for it; calling it again is harmless.
-func (b *beat) stop() {
-	b.cancel()
-	<-b.done
 }
 
 // preGrowMax bounds the buffer allocated from a request's declared
@@ -330,34 +267,21 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 // request: method, escaped path, raw query, the fingerprint headers and the
 // body's hash, each length-prefixed so no two requests share an encoding.
 func (m *Middleware) fingerprintOf(r *http.Request, body []byte) []byte {
-	h := sha256.New()
-	var scratch []byte
-	field := func(s string) {
-		scratch = binary.AppendUvarint(scratch[:0], uint64(len(s)))
-		h.Write(scratch)
-		io.WriteString(h, s)
-	}
-	field(r.Method)
-	field(r.URL.EscapedPath())
-	field(r.URL.RawQuery)
+	f := idemcore.NewFingerprint()
+	f.Field(r.Method)
+	f.Field(r.URL.EscapedPath())
+	f.Field(r.URL.RawQuery)
 	for _, name := range m.fingerprint {
 		values := r.Header.Values(name)
-		field(name)
-		scratch = binary.AppendUvarint(scratch[:0], uint64(len(values)))
-		h.Write(scratch)
+		f.Field(name)
+		f.Count(len(values))
 		for _, v := range values {
-			field(v)
+			f.Field(v)
 		}
 	}
-	sum := sha256.Sum256(body)
-	h.Write(sum[:])
-	return h.Sum(nil)
+	f.Body(body)
+	return f.Sum()
 }
 
-// storeKey is the oncekv key of (scope, key). The scope goes in hashed: a
-// fixed width keeps every key within bbolt's limit whatever the scope's
-// length, and no (scope, key) pair can be spelt like another.
-func storeKey(scope, key string) string {
-	sum := sha256.Sum256([]byte(scope))
-	return hex.EncodeToString(sum[:16]) + "/" + key
-}
+// storeKey is the oncekv key of (scope, key) (see idemcore.StoreKey).
+func storeKey(scope, key string) string { return idemcore.StoreKey(scope, key) }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/internal/idemhttptest"
 )
 
 // serverChildEnv, set in a child's environment to "path|clock offset|mode",
@@ -56,7 +57,7 @@ func serverChild(spec string) {
 		os.Exit(1)
 	}
 	var out sync.Mutex
-	mw, err := idemhttp.New(db, &idemhttp.Options{Scope: userScope, Lease: 30 * time.Second, Now: now})
+	mw, err := idemhttp.New(db, &idemhttp.Options{Scope: idemhttptest.UserScope, Lease: 30 * time.Second, Now: now})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(1)
@@ -157,20 +158,20 @@ func (c *child) kill(t *testing.T) []string {
 	return rest
 }
 
-func (c *child) pay(ctx context.Context) (reply, error) {
+func (c *child) pay(ctx context.Context) (idemhttptest.Reply, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.addr+"/pay", bytes.NewReader([]byte(`{"amount":12}`)))
 	if err != nil {
-		return reply{}, err
+		return idemhttptest.Reply{}, err
 	}
 	req.Header.Set("Idempotency-Key", "order-1")
 	req.Header.Set("X-User", "alice")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return reply{}, err
+		return idemhttptest.Reply{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	return reply{status: resp.StatusCode, header: resp.Header, body: body}, err
+	return idemhttptest.Reply{Status: resp.StatusCode, Header: resp.Header, Body: body}, err
 }
 
 // TestServerKilledMidHandler kills the server process (SIGKILL) while the
@@ -196,8 +197,8 @@ func TestServerKilledMidHandler(t *testing.T) {
 	second := startServer(t, path, time.Hour, "ok")
 	rep, err := second.pay(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, rep.status)
-	require.False(t, rep.replayed())
+	require.Equal(t, http.StatusCreated, rep.Status)
+	require.False(t, rep.Replayed())
 	again := strings.Fields(second.next(t))
 	require.Equal(t, ran[1], again[1], "the retry carries the same downstream key")
 	oldToken, err := strconv.ParseUint(ran[2], 10, 64)
@@ -211,9 +212,9 @@ func TestServerKilledMidHandler(t *testing.T) {
 	third := startServer(t, path, 2*time.Hour, "ok")
 	rep2, err := third.pay(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, rep2.status)
-	require.True(t, rep2.replayed())
-	require.Equal(t, rep.body, rep2.body)
+	require.Equal(t, http.StatusCreated, rep2.Status)
+	require.True(t, rep2.Replayed())
+	require.Equal(t, rep.Body, rep2.Body)
 	require.Empty(t, third.kill(t), "the handler must not run after a stored 2xx")
 
 	db, err := oncekv.Open(path, &oncekv.Options{ExpireInterval: -1})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/idemhttp"
+	"github.com/oncekv/oncekv/internal/idemhttptest"
 )
 
 // TestLookupFindsTheRecordByWhatTheClientSent: the support question "did
@@ -16,11 +17,11 @@ import (
 // answered from (scope, Idempotency-Key), decoded: status, replayed
 // headers, body; a request still running shows its claim.
 func TestLookupFindsTheRecordByWhatTheClientSent(t *testing.T) {
-	db := openDB(t, newClock(), nil)
+	db := openDB(t, idemhttptest.NewClock().Now, nil)
 	release := make(chan struct{})
-	mw, err := idemhttp.New(db, &idemhttp.Options{Scope: userScope})
+	mw, err := idemhttp.New(db, &idemhttp.Options{Scope: idemhttptest.UserScope})
 	require.NoError(t, err)
-	srv := serveRaw(t, mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := idemhttptest.ServeRaw(t, mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Idempotency-Key") == "slow" {
 			<-release
 		}
@@ -29,7 +30,7 @@ func TestLookupFindsTheRecordByWhatTheClientSent(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"id":7}`))
 	})))
-	send(t, srv, call{key: "k", user: "alice"})
+	idemhttptest.Send(t, srv, idemhttptest.Call{Key: "k", User: "alice"})
 
 	s, err := mw.Lookup("alice", "k")
 	require.NoError(t, err)
@@ -45,14 +46,14 @@ func TestLookupFindsTheRecordByWhatTheClientSent(t *testing.T) {
 	_, err = mw.Lookup("bob", "k")
 	require.ErrorIs(t, err, oncekv.ErrNotFound, "another caller's key is another record")
 
-	done := make(chan reply)
-	go func() { done <- send(t, srv, call{key: "slow", user: "alice"}) }()
+	done := make(chan idemhttptest.Reply)
+	go func() { done <- idemhttptest.Send(t, srv, idemhttptest.Call{Key: "slow", User: "alice"}) }()
 	require.Eventually(t, func() bool {
 		s, err := mw.Lookup("alice", "slow")
 		return err == nil && s.Mark.State == oncekv.MarkInProgress && s.Record == nil
 	}, 10*time.Second, time.Millisecond)
 	close(release)
-	require.Equal(t, http.StatusCreated, (<-done).status)
+	require.Equal(t, http.StatusCreated, (<-done).Status)
 
 	_, err = idemhttp.ParseRecord([]byte("not a record"))
 	require.ErrorIs(t, err, idemhttp.ErrBadRecord)

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
 	"strings"
 	"time"
+
+	"github.com/oncekv/oncekv/internal/idemcore"
 )
 
 // The names of the components of the OpenAPI fragment (Middleware.OpenAPI):
@@ -67,7 +70,7 @@ func (m *Middleware) OpenAPI() ([]byte, error) {
 // openAPIComponents is the fragment's components object.
 func (m *Middleware) openAPIComponents() map[string]any {
 	o := &m.opts
-	leaseSecs := retryAfterSeconds(o.Lease)
+	leaseSecs := idemcore.RetryAfterSeconds(o.Lease)
 	ref := func(kind, name string) map[string]any {
 		return map[string]any{"$ref": "#/components/" + kind + "/" + name}
 	}

@@ -2,10 +2,11 @@ package idemhttp
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
-	"sync"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/idemcore"
 )
 
 // Errors of Stage.
@@ -21,29 +22,12 @@ var (
 	ErrNilStage = errors.New("oncekv: idemhttp: nil staged write")
 )
 
-// stateKey is the context key of a claimed request's state.
-type stateKey struct{}
-
-// state is what the handler of a claimed request can reach through its
-// request.
-type state struct {
-	key   string // Claim.Key: stable across retries and takeovers
-	token uint64 // the claim's fencing token
-
-	mu struct {
-		sync.Mutex
-		closed  bool
-		staged  []func(*oncekv.Tx) error
-		noStore bool // DoNotStore was called
-	}
-}
-
-func stateOf(r *http.Request) *state {
+// runOf returns the claimed request's run, nil when r holds no key.
+func runOf(r *http.Request) *idemcore.Run {
 	if r == nil {
 		return nil
 	}
-	st, _ := r.Context().Value(stateKey{}).(*state)
-	return st
+	return idemcore.FromContext(r.Context())
 }
 
 // Key returns the stable id of r's (scope, Idempotency-Key): the same on
@@ -52,8 +36,8 @@ func stateOf(r *http.Request) *state {
 // (a payment gateway, a mailer) as their idempotency key. It is "" when r
 // holds no key (see ErrNoClaim).
 func Key(r *http.Request) string {
-	if st := stateOf(r); st != nil {
-		return st.key
+	if run := runOf(r); run != nil {
+		return run.Key()
 	}
 	return ""
 }
@@ -64,8 +48,8 @@ func Key(r *http.Request) string {
 // zombie's call. It changes at every takeover, so it is never an
 // idempotency key (use Key). It is 0 when r holds no key.
 func Token(r *http.Request) uint64 {
-	if st := stateOf(r); st != nil {
-		return st.token
+	if run := runOf(r); run != nil {
+		return run.Token()
 	}
 	return 0
 }
@@ -81,19 +65,17 @@ func Token(r *http.Request) uint64 {
 // Errors: ErrNoClaim when r holds no key; ErrStageClosed after the handler
 // returned; ErrNilStage for a nil fn.
 func Stage(r *http.Request, fn func(tx *oncekv.Tx) error) error {
-	st := stateOf(r)
+	run := runOf(r)
 	switch {
-	case st == nil:
+	case run == nil:
 		return ErrNoClaim
 	case fn == nil:
 		return ErrNilStage
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.mu.closed {
+	case !run.Store().Accepts(fn):
+		return fmt.Errorf("%w: its store is not an *oncekv.DB (use its adapter's Stage)", ErrNoClaim)
+	case !run.Stage(fn):
 		return ErrStageClosed
 	}
-	st.mu.staged = append(st.mu.staged, fn)
 	return nil
 }
 
@@ -111,61 +93,12 @@ func Stage(r *http.Request, fn func(tx *oncekv.Tx) error) error {
 // Errors: ErrNoClaim when r holds no key; ErrStageClosed after the
 // handler returned.
 func DoNotStore(r *http.Request) error {
-	st := stateOf(r)
-	if st == nil {
+	run := runOf(r)
+	switch {
+	case run == nil:
 		return ErrNoClaim
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.mu.closed {
+	case !run.DoNotStore():
 		return ErrStageClosed
 	}
-	st.mu.noStore = true
 	return nil
 }
-
-// storing reports whether the answer is to be stored (no DoNotStore).
-func (st *state) storing() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return !st.mu.noStore
-}
-
-// close ends staging; calling it again is harmless.
-func (st *state) close() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.mu.closed = true
-}
-
-// effect is the Complete effect running the staged writes, or nil when
-// none were staged. A staged error comes back as a *stageError, which the
-// store never takes for a permanent failure: it releases the key instead.
-func (st *state) effect() func(tx *oncekv.Tx) error {
-	staged := st.stagedFns()
-	if len(staged) == 0 {
-		return nil
-	}
-	return func(tx *oncekv.Tx) error {
-		for _, fn := range staged {
-			if err := fn(tx); err != nil {
-				return &stageError{err}
-			}
-		}
-		return nil
-	}
-}
-
-// stagedFns returns the staged functions.
-func (st *state) stagedFns() []func(*oncekv.Tx) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.mu.staged
-}
-
-// stageError carries a staged write's error through Claim.Complete. It has
-// no Unwrap on purpose: oncekv.Permanent inside must not make the store
-// record the key as failed, since the policy is to release it.
-type stageError struct{ err error }
-
-func (e *stageError) Error() string { return "oncekv: idemhttp: staged write: " + e.err.Error() }

@@ -401,10 +401,13 @@ func (c *Claim) step(ctx context.Context, effect func(context.Context, pgx.Tx) e
 	old := *m[0]
 	next := old
 	change(w, &next)
-	if next.leaseUntil == releasedLease {
+	switch {
+	case next.state == stateGone:
+		w.drops = append(w.drops, rewrite{id: &o.id, from: old.win})
+	case next.leaseUntil == releasedLease:
 		next.win = old.win // released: nothing to outlive, the mark stays
 		w.rewrites = append(w.rewrites, rewrite{id: &o.id, from: old.win, m: &next})
-	} else {
+	default:
 		w.put(o, &next, &old)
 	}
 	return s.commit(ctx, tx, w)

@@ -18,6 +18,9 @@ const (
 	stateInProgress int16 = 1
 	stateDone       int16 = 2
 	stateFailed     int16 = 3
+	// stateGone is never stored: a claim's step that sets it deletes the
+	// key's mark (Abandon).
+	stateGone int16 = -1
 )
 
 // fingerprintSize is how much of the payload's SHA-256 a mark keeps, as

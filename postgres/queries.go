@@ -19,6 +19,7 @@ type queries struct {
 	tryLocks  string
 	insert    string // many marks at once
 	rewrite   string // one mark, maybe into another window
+	drop      string // one mark, deleted
 	token     string // nextval of tokenSeq
 	tokenSeq  string
 	saveClock string
@@ -40,6 +41,7 @@ func newQueries(schema string) queries {
 			$6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[], $10::bytea[], $11::bytea[])`)
 	q.rewrite = r.Replace(`UPDATE $S.marks SET win = $3, lease_until = $4, token = $5, state = $6, response = $7, error = $8
 		WHERE id = $1 AND win = $2`)
+	q.drop = r.Replace(`DELETE FROM $S.marks WHERE id = $1 AND win = $2`)
 	q.token = `SELECT nextval($1::regclass)`
 	q.tokenSeq = schema + ".claim_tokens"
 	q.saveClock = r.Replace(`UPDATE $S.meta SET clock_high = greatest(clock_high, $1)`)

@@ -115,6 +115,10 @@ const MaxResponseSize = 1<<30 - 1<<20
 // time it returned before. Pass it to oncekv.InProgressError.RetryAfter.
 func (s *Store) Now() time.Time { return s.clock.now() }
 
+// Retention is Options.Retention as the store applies it: how long a key
+// is deduplicated at least, from when it was first seen.
+func (s *Store) Retention() time.Duration { return s.opts.Retention }
+
 // now is Now, measuring the database's clock first when the last measure
 // is a minute old.
 func (s *Store) now(ctx context.Context) (time.Time, error) {

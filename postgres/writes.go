@@ -16,6 +16,7 @@ type writes struct {
 	inserts  []*mark
 	ids      []*ident // of inserts
 	rewrites []rewrite
+	drops    []rewrite // marks deleted (Abandon); m is nil
 }
 
 // rewrite is a mark that replaces an older one of its key (a takeover).
@@ -68,6 +69,9 @@ func (w *writes) flush(ctx context.Context, tx pgx.Tx) error {
 	}
 	for _, r := range w.rewrites {
 		b.Queue(w.s.q.rewrite, rewriteArgs(r.id, r.from, r.m)...)
+	}
+	for _, r := range w.drops {
+		b.Queue(w.s.q.drop, r.id.id, r.from)
 	}
 	if b.Len() == 0 {
 		return nil
