@@ -89,7 +89,7 @@ func TestConcurrentCallsWithARetryPolicyAllGetTheOneAnswer(t *testing.T) {
 	const cfg = `{"methodConfig":[{"name":[{"service":"grpc.testing.TestService"}],
 		"retryPolicy":{"maxAttempts":5,"initialBackoff":"0.05s","maxBackoff":"1s","backoffMultiplier":2,
 		"retryableStatusCodes":["ABORTED"]}}]}`
-	r := newRig(t, nil, svc, &idemgrpc.Options{Lease: 500 * time.Millisecond}, nil, grpc.WithDefaultServiceConfig(cfg))
+	r := newRig(t, nil, svc, &idemgrpc.Options{Lease: 2 * time.Second}, nil, grpc.WithDefaultServiceConfig(cfg))
 	ctx := ctxFor(t)
 	go func() { time.Sleep(300 * time.Millisecond); close(svc.block) }()
 	var wg sync.WaitGroup
