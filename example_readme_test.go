@@ -540,7 +540,9 @@ func requirePathsExist(t *testing.T, where, block string) {
 // guide pointing at nothing.
 func TestDocsNamesExist(t *testing.T) {
 	defined := map[string]bool{}
+	subtests := map[string]bool{} // the quoted names of t.Run's and the suites' cases
 	funcs := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Example|Fuzz)\w*)\(`)
+	quoted := regexp.MustCompile(`"([A-Z]\w*)"`)
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -548,12 +550,18 @@ func TestDocsNamesExist(t *testing.T) {
 		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if !strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(path, ".go") {
 			return nil
 		}
 		src, err := os.ReadFile(path)
 		if err != nil {
 			return err
+		}
+		for _, m := range quoted.FindAllStringSubmatch(string(src), -1) {
+			subtests[m[1]] = true
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
 		}
 		for _, m := range funcs.FindAllStringSubmatch(string(src), -1) {
 			defined[m[1]] = true
@@ -563,13 +571,16 @@ func TestDocsNamesExist(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, defined["TestDocsNamesExist"], "the walk found no tests")
 
-	named := regexp.MustCompile("`((?:Test|Benchmark|Example|Fuzz)[A-Z_]\\w*)`")
+	named := regexp.MustCompile("`((?:Test|Benchmark|Example|Fuzz)[A-Z_]\\w*)(?:/(\\w+))?`")
 	links := regexp.MustCompile(`\]\(([^)\s#]+)(?:#[^)\s]*)?\)`)
 	for _, doc := range docFiles(t) {
 		src, err := os.ReadFile(doc)
 		require.NoError(t, err)
 		for _, m := range named.FindAllStringSubmatch(string(src), -1) {
 			require.True(t, defined[m[1]], "%s names %s, which no _test.go file defines", doc, m[1])
+			if m[2] != "" {
+				require.True(t, subtests[m[2]], "%s names %s/%s, and no Go file names the case %q", doc, m[1], m[2], m[2])
+			}
 		}
 		for _, m := range links.FindAllStringSubmatch(string(src), -1) {
 			if strings.Contains(m[1], "://") || strings.HasPrefix(m[1], "mailto:") {

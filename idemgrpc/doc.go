@@ -16,7 +16,10 @@
 // lease, which grpc-go's retry policy honours. Another request under a key
 // already used (its method, chosen metadata or message differ) gets
 // FAILED_PRECONDITION; a call without a key gets INVALID_ARGUMENT when
-// Options.RequireKey is set, and passes through otherwise.
+// Options.RequireKey is set, and passes through otherwise. A call whose
+// key's answer expired while its tombstone still says it was applied
+// (oncekv.Options.TombstoneRetention) gets ALREADY_EXISTS: it is not run
+// again.
 //
 // A handler's own store writes, staged with Stage, commit in the
 // transaction that stores its answer: both or neither. A handler that

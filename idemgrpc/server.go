@@ -96,8 +96,12 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	switch {
 	case err != nil:
 		return nil, s.refuse(ctx, err)
+	case run == nil && replay.ResponseExpired:
+		// A tombstone: the call was applied, its answer is gone.
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(ReplayedTrailer, "true"))
+		return nil, status.Error(codes.AlreadyExists, "idemgrpc: a call with this key was applied; its stored answer has expired")
 	case run == nil:
-		return s.replay(ctx, info.FullMethod, replay)
+		return s.replay(ctx, info.FullMethod, replay.Response)
 	}
 	return s.run(ctx, req, info, handler, run)
 }
@@ -250,7 +254,7 @@ func (s *Server) finish(ctx context.Context, method string, run *idemcore.Run, c
 		run.Release("the answer is over MaxRecordBytes")
 		return err
 	}
-	if cerr := run.Complete(record); cerr != nil {
+	if _, cerr := run.Complete(record); cerr != nil {
 		if errors.Is(cerr, oncekv.ErrFenced) {
 			return status.Error(codes.Aborted, "idemgrpc: the call lost its key to a takeover; its answer was not kept")
 		}

@@ -367,3 +367,24 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	_, err = idemgrpc.New(db, &idemgrpc.Options{Scope: scopeFromMetadata, MaxRecordBytes: -1})
 	require.ErrorContains(t, err, "MaxRecordBytes")
 }
+
+// After Retention a tombstone still says the call was applied, though its
+// answer is gone: the retry gets ALREADY_EXISTS, and the handler does not
+// run again.
+func TestARetryMeetingATombstoneIsAlreadyExists(t *testing.T) {
+	clock := oncetest.NewClock(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
+	db := oncetest.Open(t, &oncekv.Options{NoSync: true, Now: clock.Now, ExpireInterval: -1,
+		Retention: 2 * time.Hour, WindowSpan: time.Hour, TombstoneRetention: 24 * time.Hour})
+	r := newRig(t, db, &payments{}, nil, nil)
+	ctx := ctxFor(t)
+	_, _, err := r.call(ctx, "alice", "k", "p1")
+	require.NoError(t, err)
+	clock.Advance(4 * time.Hour)
+	st, err := db.Expire(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Tombstones)
+	_, tr, err := r.call(ctx, "alice", "k", "p1")
+	require.Equal(t, codes.AlreadyExists, status.Code(err), "%v", err)
+	require.Equal(t, []string{"true"}, tr.Get(idemgrpc.ReplayedTrailer))
+	require.EqualValues(t, 1, r.svc.runs.Load())
+}

@@ -46,3 +46,26 @@ func TestKeyExpiresIsFirstSeenPlusRetentionAndHolds(t *testing.T) {
 	require.True(t, idemhttptest.Send(t, srv, c).Replayed(), "a retry before the date is replayed")
 	require.EqualValues(t, 1, h.Runs.Load())
 }
+
+// A retry after Retention that meets the key's tombstone gets 410 with
+// its own problem type: the request was applied, its response is gone, and
+// the handler does not run again.
+func TestARetryMeetingATombstoneIsGone(t *testing.T) {
+	clk := idemhttptest.NewClock()
+	db := openDB(t, clk.Now, &oncekv.Options{ExpireInterval: -1, Retention: 2 * time.Hour, WindowSpan: time.Hour,
+		TombstoneRetention: 24 * time.Hour})
+	h := &idemhttptest.Counter{}
+	srv := serve(t, db, nil, h)
+	c := idemhttptest.Call{Key: "k", User: "alice"}
+	require.Equal(t, http.StatusCreated, idemhttptest.Send(t, srv, c).Status)
+	clk.Add(4 * time.Hour)
+	st, err := db.Expire(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.Tombstones)
+
+	rep := idemhttptest.Send(t, srv, c)
+	require.Equal(t, http.StatusGone, rep.Status, "%s", rep.Body)
+	require.Contains(t, string(rep.Body), idemhttp.ProblemResponseExpired)
+	require.Equal(t, "true", rep.Header.Get(idemhttp.HeaderReplayed))
+	require.EqualValues(t, 1, h.Runs.Load())
+}

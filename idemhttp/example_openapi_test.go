@@ -49,7 +49,7 @@ func ExampleMiddleware_OpenAPI() {
 	// Output:
 	// Idempotency-Key in header required: true
 	// Retry-After at most 60 s
-	// [IdempotencyBadRequest IdempotencyBodyTooLarge IdempotencyInProgress IdempotencyKeyReuse IdempotencyStoreFailed IdempotencyUnavailable IdempotencyUnidentified]
+	// [IdempotencyBadRequest IdempotencyBodyTooLarge IdempotencyInProgress IdempotencyKeyReuse IdempotencyResponseGone IdempotencyStoreFailed IdempotencyUnavailable IdempotencyUnidentified]
 }
 
 // openAPIGuide is a code block of docs/http.md, verbatim: it merges mw's
@@ -87,8 +87,8 @@ func openAPIGuide(mw *idemhttp.Middleware, doc, op map[string]any) error {
 	responses := op["responses"].(map[string]any)
 	for status, name := range map[string]string{
 		"400": idemhttp.OpenAPIBadRequest, "401": idemhttp.OpenAPIUnidentified, "409": idemhttp.OpenAPIInProgress,
-		"413": idemhttp.OpenAPIBodyTooLarge, "422": idemhttp.OpenAPIKeyReuse, "500": idemhttp.OpenAPIStoreFailed,
-		"503": idemhttp.OpenAPIUnavailable,
+		"410": idemhttp.OpenAPIResponseGone, "413": idemhttp.OpenAPIBodyTooLarge, "422": idemhttp.OpenAPIKeyReuse,
+		"500": idemhttp.OpenAPIStoreFailed, "503": idemhttp.OpenAPIUnavailable,
 	} {
 		responses[status] = ref("responses", name)
 	}

@@ -150,6 +150,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	switch {
 	case err != nil:
 		m.claimFailed(w, r, err)
+	case run == nil && replay.ResponseExpired:
+		w.Header().Set(HeaderReplayed, "true")
+		writeProblem(w, ProblemResponseExpired, http.StatusGone,
+			"a request with this key was applied; its stored response has expired")
 	case run == nil:
 		m.replayRecord(w, replay.Response, replay.FirstSeen)
 	default:

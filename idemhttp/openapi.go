@@ -32,6 +32,7 @@ const (
 	OpenAPIBadRequest   = "IdempotencyBadRequest"   // 400: ProblemKeyMissing, ProblemKeyInvalid, ProblemBodyUnreadable
 	OpenAPIUnidentified = "IdempotencyUnidentified" // 401: ProblemUnidentified
 	OpenAPIInProgress   = "IdempotencyInProgress"   // 409: ProblemInProgress, with Retry-After
+	OpenAPIResponseGone = "IdempotencyResponseGone" // 410: ProblemResponseExpired
 	OpenAPIBodyTooLarge = "IdempotencyBodyTooLarge" // 413: ProblemBodyTooLarge
 	OpenAPIKeyReuse     = "IdempotencyKeyReuse"     // 422: ProblemKeyReuse
 	OpenAPIStoreFailed  = "IdempotencyStoreFailed"  // 500: ProblemStoreFailed
@@ -155,6 +156,8 @@ func (m *Middleware) openAPIComponents() map[string]any {
 				[]string{ProblemUnidentified}, nil),
 			OpenAPIInProgress: problem(http.StatusConflict, "A request with this key is running now. Retry after Retry-After seconds; the request needs no change.",
 				[]string{ProblemInProgress}, map[string]any{HeaderRetryAfter: ref("headers", OpenAPIRetryAfterHeader)}),
+			OpenAPIResponseGone: problem(http.StatusGone, "A request with this key was applied, but its stored answer has expired (only a tombstone is left). "+
+				"It is not run again; use a new key for a new operation.", []string{ProblemResponseExpired}, nil),
 			OpenAPIBodyTooLarge: problem(http.StatusRequestEntityTooLarge, fmt.Sprintf("The request body is over %d bytes. Nothing is recorded.", o.MaxBodyBytes),
 				[]string{ProblemBodyTooLarge}, nil),
 			OpenAPIKeyReuse: problem(http.StatusUnprocessableEntity, "The key was first used with another request ("+m.openAPIFingerprint()+"). "+
@@ -198,5 +201,5 @@ func days(d time.Duration) string {
 // allProblems lists every problem type the middleware answers with.
 func allProblems() []string {
 	return []string{ProblemKeyMissing, ProblemKeyInvalid, ProblemBodyUnreadable, ProblemUnidentified, ProblemInProgress,
-		ProblemBodyTooLarge, ProblemKeyReuse, ProblemStoreFailed, ProblemUnavailable}
+		ProblemResponseExpired, ProblemBodyTooLarge, ProblemKeyReuse, ProblemStoreFailed, ProblemUnavailable}
 }

@@ -22,6 +22,10 @@ const (
 	// ProblemInProgress (409): a request with the same key is running;
 	// Retry-After says when to come back.
 	ProblemInProgress = "urn:oncekv:idemhttp:in-progress"
+	// ProblemResponseExpired (410): the request was applied, but its
+	// stored response has expired (only a tombstone is left, see
+	// oncekv.Options.TombstoneRetention); it is not run again.
+	ProblemResponseExpired = "urn:oncekv:idemhttp:response-expired"
 	// ProblemBodyTooLarge (413): the body is over Options.MaxBodyBytes.
 	ProblemBodyTooLarge = "urn:oncekv:idemhttp:body-too-large"
 	// ProblemKeyReuse (422): the key was first used with another request.
