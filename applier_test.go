@@ -428,11 +428,13 @@ func TestApplierRaisesAnEffectsPanicInTheSubmitter(t *testing.T) {
 	require.NoError(t, again.all()[0].err)
 	require.False(t, again.all()[0].res.Duplicate)
 
-	// A lone request's panic, raised by the next Submit before it takes
+	// A panic raised by the next Submit, before it takes
 	// its request: once e is done, d's panic is recorded (done runs in
-	// order).
+	// order). Both wait behind a held lock, so e is taken before d runs.
+	release = holdWriteLock(t, db)
 	require.NoError(t, a.Submit(ctx, oncekv.Request{Handler: "h", Key: "d"}, func(*oncekv.Tx) ([]byte, error) { panic("lone") }, again.done(1)))
 	require.NoError(t, a.Submit(ctx, oncekv.Request{Handler: "h", Key: "e"}, nil, again.done(2)))
+	release()
 	for range 2 {
 		<-again.seen // a's second delivery, then e
 	}
