@@ -31,8 +31,10 @@ type ApplierOptions struct {
 // once, as with Apply: only the run that commits leaves changes). Every
 // done, and the OnCommit hooks before it, runs in submission order on one
 // goroutine of the Applier; done must not call Submit, Flush or Close of
-// the same Applier (they would wait for done itself), and a slow done holds
-// up the next ones, not the commits.
+// the same Applier, nor DB.Close (they would wait for done itself), and a
+// slow done holds up the next ones, not the commits. An effect, like
+// Apply's, must not write through the DB nor Submit to an Applier (it
+// would wait for the commit that runs it).
 //
 // An Applier is safe for concurrent use; requests submitted from several
 // goroutines are ordered as their Submit calls took them. Close it to end
@@ -112,8 +114,9 @@ func (db *DB) NewApplier(opts ApplierOptions) (*Applier, error) {
 // done or ctx ends. It returns an error only for a request it did not
 // take, whose done is never called: ctx's error (in a *RequestError) when
 // ctx ended first, ErrClosed once the Applier or the DB is closed. Bad
-// input, and ctx ending while the request waits for its commit, are the
-// request's error, given to done, as Apply returns them.
+// input, and ctx ending before the request's commit takes it, are the
+// request's error, given to done, as Apply returns them (nothing applied);
+// its done still comes in submission order, after the earlier requests'.
 //
 // A panic or runtime.Goexit of an effect, an OnCommit hook or a done (as
 // t.FailNow does) is raised again by the next Submit, Flush or Close, in
