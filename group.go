@@ -60,22 +60,51 @@ func (g *group) init(env groupEnv, maxSize int) {
 // committed, failed, or given up because o.ctx ended while it waited.
 func (g *group) submit(o *op) {
 	g.mu.Lock()
-	want := g.mu.last
 	if g.mu.leading {
 		// Only a queued op is woken, so the lone caller makes no channel.
 		o.wake = make(chan bool, 1)
-		g.mu.queue = append(g.mu.queue, o)
-		g.arrived.Broadcast()
+		g.enqueueLocked(o)
 		g.mu.Unlock()
-		if !g.wait(o) {
-			return
-		}
-		g.mu.Lock()
-		// Promoted: the queue holds callers that were not in the last batch.
-		want = 1 + len(g.mu.queue) + g.mu.last
+		g.await(o)
+		return
 	}
 	g.mu.leading = true
-	g.gatherLocked(want)
+	g.gatherLocked(g.mu.last)
+	g.mu.Unlock()
+	g.lead(o)
+}
+
+// post queues o without waiting for it, for the Applier: the goroutine
+// that later calls await(o) leads o's commit if o is promoted, and o is
+// promoted at once when no commit runs. Ops posted one after another are
+// committed, and their effects run, in the order they were posted.
+func (g *group) post(o *op) {
+	o.wake, o.posted = make(chan bool, 1), true
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.mu.leading {
+		g.mu.leading = true
+		o.wake <- false
+		return
+	}
+	g.enqueueLocked(o)
+}
+
+// enqueueLocked appends o to the queue and tells a gathering leader.
+func (g *group) enqueueLocked(o *op) {
+	g.mu.queue = append(g.mu.queue, o)
+	g.arrived.Broadcast()
+}
+
+// await returns once a queued or posted o is settled, leading the commit o
+// is promoted to, if it is.
+func (g *group) await(o *op) {
+	if !g.wait(o) {
+		return
+	}
+	g.mu.Lock()
+	// Promoted: the queue holds callers that were not in the last batch.
+	g.gatherLocked(1 + len(g.mu.queue) + g.mu.last)
 	g.mu.Unlock()
 	g.lead(o)
 }
@@ -163,8 +192,9 @@ func (g *group) lead(o *op) {
 	g.mu.Unlock()
 	// A lone op's effect runs on its caller's goroutine; with others in the
 	// batch each effect gets its own (see runEffect).
+	// A posted op's caller is not the goroutine leading: it always gets one.
 	for _, b := range batch {
-		b.detached = len(batch) > 1
+		b.detached = len(batch) > 1 || b.posted
 	}
 
 	began := time.Now()

@@ -69,6 +69,9 @@ type op struct {
 	wake chan bool
 	// detached: the effect runs on a goroutine of its own (see runEffect).
 	detached bool
+	// posted: o came through group.post (an Applier's), so no caller waits
+	// for it on the goroutine that may lead its commit.
+	posted bool
 	// step, when not nil, makes o a claim's write, which decideOne runs in
 	// place of Apply's logic (see decideStep).
 	step func(w *writeTx) error

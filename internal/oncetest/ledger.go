@@ -82,10 +82,7 @@ const ClaimLease = time.Millisecond
 // fixed, since Complete takes it before the effect runs.
 func (o Op) Run(ctx context.Context, db *oncekv.DB) ([]byte, error) {
 	if !o.Claim {
-		res, err := db.Apply(ctx, o.Request(), func(tx *oncekv.Tx) ([]byte, error) {
-			total, err := o.effect(tx)
-			return fmt.Appendf(nil, "%s total=%d", o.ID(), total), err
-		})
+		res, err := db.Apply(ctx, o.Request(), o.Effect)
 		return res.Response, err
 	}
 	c, err := db.Claim(ctx, o.Request(), ClaimLease)
@@ -100,6 +97,14 @@ func (o Op) Run(ctx context.Context, db *oncekv.DB) ([]byte, error) {
 		return err
 	})
 	return res.Response, err
+}
+
+// Effect is the canonical effect as an Apply effect (an Apply op's, which
+// Run applies), for a test that delivers the op another way: its response
+// names the total after it.
+func (o Op) Effect(tx *oncekv.Tx) ([]byte, error) {
+	total, err := o.effect(tx)
+	return fmt.Appendf(nil, "%s total=%d", o.ID(), total), err
 }
 
 // effect is the canonical effect: one more run of o, Delta more in total.
