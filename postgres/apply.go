@@ -180,6 +180,8 @@ func (o *op) answer(m *mark, now int64) bool {
 	case stateFailed:
 		o.res = oncekv.Result{Duplicate: true, FirstSeen: timeFromNano(m.firstSeen)}
 		o.err, o.kind = oncekv.NewFailedError(m.errMsg, nil), outcomeFailedReplayed
+	case stateParked:
+		o.fail(outcomeParkedAnswer, &oncekv.ParkedError{Attempt: m.attempt(o.req)})
 	default:
 		if !m.live(now) {
 			return false

@@ -30,7 +30,9 @@ import (
 // later ones find the work done.
 //
 // A window holding a claim whose lease has not run out is kept until it
-// has, and so are the windows after it (the root's rule). ExpireStats'
+// has, and so are the windows after it (the root's rule). A PARKED mark
+// is moved to the current window first, under its key's lock, so that it
+// stays until an operator resolves it (Store.ResolveParked). ExpireStats'
 // Marks is PostgreSQL's estimate of the rows of the dropped partitions
 // (pg_class.reltuples, as the last VACUUM or ANALYZE counted them), not a
 // count: counting would cost a scan of the window. Steps counts the DDL
@@ -103,6 +105,9 @@ func (s *Store) expire(ctx context.Context, st *oncekv.ExpireStats) (err error) 
 			}
 			if lease != nil && n < *lease {
 				break // a live claim keeps this window, and the ones after it
+			}
+			if err := s.carryParked(ctx, conn, &p, s.window.Start(now)); err != nil {
+				return fmt.Errorf("oncekv: expire: carry the parked marks of %s: %w", p.table, err)
 			}
 			if err := s.ddl(ctx, conn, st, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY", s.q.marks, p.table)); err != nil {
 				return err

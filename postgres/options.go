@@ -69,8 +69,16 @@ type Options struct {
 	// next expiry. Default 2s.
 	LockTimeout time.Duration
 
-	// Logger receives "duplicate suppressed" at info level and the
-	// background work's failures. Default: nothing is logged.
+	// MaxParked caps the keys parked at once in the schema, waiting for an
+	// operator (ClaimWith's probe, Store.ResolveParked); at the cap an
+	// OutcomeUnknown parks nothing and returns oncekv.ErrParkFull, the key
+	// staying claimable. Default oncekv.DefaultMaxParked; negative parks
+	// none.
+	MaxParked int
+
+	// Logger receives "duplicate suppressed" at info level, parked keys
+	// at warn, and the background work's failures. Default: nothing is
+	// logged.
 	Logger *slog.Logger
 }
 
@@ -88,6 +96,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LockTimeout == 0 {
 		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.MaxParked == 0 {
+		o.MaxParked = oncekv.DefaultMaxParked
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

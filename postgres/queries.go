@@ -19,6 +19,10 @@ type queries struct {
 	tryLocks  string
 	insert    string // many marks at once
 	rewrite   string // one mark, maybe into another window
+	remove    string // one mark (ResolveParked, not applied)
+	// countParked and parked count and list the PARKED marks, by the
+	// partial index marks_parked.
+	countParked, parked string
 	token     string // nextval of tokenSeq
 	tokenSeq  string
 	saveClock string
@@ -35,11 +39,16 @@ func newQueries(schema string) queries {
 		CROSS JOIN LATERAL (SELECT $COLS FROM $S.marks m
 			WHERE m.id = r.id AND m.handler = r.handler AND m.key = r.key ORDER BY m.win DESC LIMIT 1) m`)
 	q.tryLocks = `SELECT r.i, pg_try_advisory_xact_lock(r.lock) FROM unnest($1::bigint[]) WITH ORDINALITY AS r(lock, i)`
-	q.insert = r.Replace(`INSERT INTO $S.marks (win, first_seen, lease_until, token, state, id, fingerprint, handler, key, response, error)
+	q.insert = r.Replace(`INSERT INTO $S.marks (win, first_seen, lease_until, token, state, id, fingerprint, handler, key, response, error,
+			attempt_start, takeovers, parked_at)
 		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::smallint[],
-			$6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[], $10::bytea[], $11::bytea[])`)
-	q.rewrite = r.Replace(`UPDATE $S.marks SET win = $3, lease_until = $4, token = $5, state = $6, response = $7, error = $8
+			$6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[], $10::bytea[], $11::bytea[], $12::bigint[], $13::integer[], $14::bigint[])`)
+	q.rewrite = r.Replace(`UPDATE $S.marks SET win = $3, lease_until = $4, token = $5, state = $6, response = $7, error = $8,
+			attempt_start = $9, takeovers = $10, parked_at = $11
 		WHERE id = $1 AND win = $2`)
+	q.remove = r.Replace(`DELETE FROM $S.marks WHERE id = $1 AND win = $2`)
+	q.countParked = r.Replace(`SELECT count(*) FROM $S.marks WHERE state = 4`)
+	q.parked = r.Replace(`SELECT handler, key, $COLS FROM $S.marks WHERE state = 4 ORDER BY handler, key`)
 	q.token = `SELECT nextval($1::regclass)`
 	q.tokenSeq = schema + ".claim_tokens"
 	q.saveClock = r.Replace(`UPDATE $S.meta SET clock_high = greatest(clock_high, $1)`)

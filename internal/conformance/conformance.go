@@ -6,7 +6,8 @@
 // keeps its marks: Apply and ApplyBatch (effect and mark in one
 // transaction, duplicates, key reuse, fingerprints, permanent failures,
 // cancelled contexts, bad input, concurrency), claims (leases, takeover,
-// fencing of the old holder, release), fencing tokens and fenced writes,
+// fencing of the old holder, release), the outcome probe on takeover
+// (ClaimWith) and parked keys, fencing tokens and fenced writes,
 // and windows (retention, expiry, a live lease keeping its window, a clock
 // stepped back), each also after a reopen. It calls the stores' public API
 // only, through Store.
@@ -89,6 +90,11 @@ type Store interface {
 	Apply(ctx context.Context, req oncekv.Request, e *Effect) (oncekv.Result, error)
 	ApplyBatch(ctx context.Context, reqs []oncekv.Request, e func(i int) *Effect) ([]oncekv.BatchResult, error)
 	Claim(ctx context.Context, req oncekv.Request, lease time.Duration) (Claim, error)
+	// ClaimWith is Claim with the outcome probe of opts on a takeover.
+	ClaimWith(ctx context.Context, req oncekv.Request, lease time.Duration, opts *oncekv.ClaimOptions) (Claim, error)
+	// Parked lists the parked keys, in the store's order.
+	Parked(ctx context.Context) ([]oncekv.MarkInfo, error)
+	ResolveParked(ctx context.Context, handler, key string, applied bool, response []byte) error
 	NextFence(ctx context.Context, resource string) (uint64, error)
 	// FencedWrite writes value for resource in the user's data only if
 	// fence is greater than the one stored with it (Bucket.PutFenced; an
@@ -109,6 +115,7 @@ type Claim interface {
 	Result() oncekv.Result
 	Key() string
 	Token() uint64
+	TakenOver() (oncekv.Attempt, bool)
 	LeaseUntil() time.Time
 	Extend(ctx context.Context, lease time.Duration) error
 	// Complete records the claim DONE with response, running e (if not
@@ -195,6 +202,12 @@ func Run(t *testing.T, h *Harness) {
 		{"ClaimDone", testClaimDone},
 		{"ExtendAndLeases", testExtend},
 		{"ClaimAcrossReopen", testClaimReopen},
+		{"TakenOverSaysWhichAttempt", testTakenOver},
+		{"ProbeAppliedRecordsDone", testProbeApplied},
+		{"ProbeNotAppliedProceeds", testProbeNotApplied},
+		{"ProbeErrorReleases", testProbeError},
+		{"ProbeUnknownParks", testParked},
+		{"ResolveParkedNotApplied", testResolveNotApplied},
 		{"NextFence", testNextFence},
 		{"FencedWrite", testFencedWrite},
 		{"ClaimTokensFenceWrites", testClaimTokensFence},
