@@ -80,8 +80,8 @@ type mark struct {
 	// records took the key; 0 (NULL) for the key's first attempt, whose
 	// start is firstSeen.
 	attemptStart int64
-	takeovers    int32 // times the key was taken over from an attempt that recorded no outcome
-	parkedAt     int64 // when a PARKED mark was parked; 0 (NULL) otherwise
+	takeovers    int32  // times the key was taken over from an attempt that recorded no outcome
+	parkedAt     int64  // when a PARKED mark was parked; 0 (NULL) otherwise
 	bad          string // what is wrong with the row it was read from; see checkMark
 }
 

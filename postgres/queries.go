@@ -16,16 +16,16 @@ type queries struct {
 	lookupMany string
 	// tryLocks takes the advisory locks of many keys without waiting, and
 	// says which it got.
-	tryLocks  string
-	insert    string // many marks at once
-	rewrite   string // one mark, maybe into another window
-	remove    string // one mark (ResolveParked, not applied)
+	tryLocks string
+	insert   string // many marks at once
+	rewrite  string // one mark, maybe into another window
+	remove   string // one mark (ResolveParked, not applied)
 	// countParked and parked count and list the PARKED marks, by the
 	// partial index marks_parked.
 	countParked, parked string
-	token     string // nextval of tokenSeq
-	tokenSeq  string
-	saveClock string
+	token               string // nextval of tokenSeq
+	tokenSeq            string
+	saveClock           string
 
 	nextFence, advanceFence, storedFence string
 }
