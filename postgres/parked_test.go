@@ -157,3 +157,27 @@ func TestMaxParkedIsSharedByHosts(t *testing.T) {
 	require.ErrorIs(t, err, oncekv.ErrParked)
 	require.Equal(t, uint64(1), a.Stats().ParkedAnswers)
 }
+
+// TestLoadMarksRefusesAParkedMark: a parked mark of an embedded store's
+// dump is refused, naming why, and nothing is loaded: it must be resolved
+// before the move.
+func TestLoadMarksRefusesAParkedMark(t *testing.T) {
+	pool := newPool(t)
+	ctx := context.Background()
+	s := openStore(t, pool, postgres.Options{})
+	now := s.Now()
+	marks := []oncekv.MarkInfo{
+		{Handler: "h", Key: "done", State: oncekv.MarkDone, FirstSeen: now, Response: []byte("r")},
+		{Handler: "h", Key: "parked", State: oncekv.MarkParked, FirstSeen: now, Token: 3, ParkedAt: now},
+	}
+	n, err := s.LoadMarks(ctx, marks)
+	require.ErrorIs(t, err, oncekv.ErrInvalidMark)
+	require.Contains(t, err.Error(), "parked")
+	var re *oncekv.RequestError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, "parked", re.Key)
+	require.Zero(t, n)
+	res, err := s.Apply(ctx, oncekv.Request{Handler: "h", Key: "done"}, func(context.Context, pgx.Tx) ([]byte, error) { return []byte("ran"), nil })
+	require.NoError(t, err)
+	require.False(t, res.Duplicate, "nothing was loaded")
+}

@@ -39,6 +39,12 @@
 //	an effect's panic in a batch    the others commit, then it is raised       the same
 //	operator calls                  Mark, Marks, Forget, ReleaseClaim, Check,  LoadMarks (from oncekv dump); SQL for the rest
 //	                                LoadMarks, Backup, Compact
+//	the outcome probe on takeover   DB.ClaimWith, oncekv.ClaimOptions          Store.ClaimWith, the same oncekv.ClaimOptions
+//	parked keys                     DB.Parked, DB.ResolveParked, the oncekv    Store.Parked, Store.ResolveParked (with a ctx),
+//	                                command; Options.MaxParked per file        no command; Options.MaxParked per schema
+//	a parked mark at expiry         carried to the newest window               moved to the current partition first
+//	loading a parked mark           kept, PARKED                               refused (ErrInvalidMark)
+//	late duplicates, duplicate age  Stats, oncekv advise                       not kept
 //
 // Kind names the column a store follows.
 package conformance
