@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 
 func embeddedOptions(cfg conformance.Config) *oncekv.Options {
 	return &oncekv.Options{
-		Retention: cfg.Retention, WindowSpan: cfg.WindowSpan, Now: cfg.Now,
+		Retention: cfg.Retention, WindowSpan: cfg.WindowSpan, Now: cfg.Now, TombstoneRetention: cfg.TombstoneRetention,
 		ExpireInterval: -1, MaxClockJump: -1, NoSync: true,
 	}
 }

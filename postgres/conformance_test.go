@@ -54,7 +54,8 @@ func runConformance(t *testing.T, savepoints bool) {
 }
 
 func sharedOptions(schema string, cfg conformance.Config) postgres.Options {
-	return postgres.Options{Schema: schema, Retention: cfg.Retention, WindowSpan: cfg.WindowSpan, Now: cfg.Now, ExpireInterval: -1}
+	return postgres.Options{Schema: schema, Retention: cfg.Retention, WindowSpan: cfg.WindowSpan, Now: cfg.Now, ExpireInterval: -1,
+		TombstoneRetention: cfg.TombstoneRetention}
 }
 
 // shared is the conformance suite's view of a Store: counters in the

@@ -82,11 +82,17 @@ type mark struct {
 	attemptStart int64
 	takeovers    int32  // times the key was taken over from an attempt that recorded no outcome
 	parkedAt     int64  // when a PARKED mark was parked; 0 (NULL) otherwise
+	tomb         bool   // a tombstone: no fingerprint, response or error (see tombColumns)
 	bad          string // what is wrong with the row it was read from; see checkMark
 }
 
 // markColumns are the columns scanMark reads, in its order.
 const markColumns = "win, first_seen, lease_until, token, state, fingerprint, response, error, attempt_start, takeovers, parked_at"
+
+// tombColumns are markColumns as a row of the tombstones table gives
+// them: no lease, token, response, error or attempt, and a NULL
+// fingerprint, which tells a tombstone from a mark.
+const tombColumns = "win, first_seen, NULL::bigint, NULL::bigint, state, NULL::bytea, NULL::bytea, NULL::bytea, NULL::bigint, 0, NULL::bigint"
 
 // scanner is a pgx.Row or pgx.Rows.
 type scanner interface{ Scan(dest ...any) error }
@@ -105,6 +111,8 @@ func scanMark(r scanner, extra ...any) (*mark, error) {
 	switch {
 	case m.state < stateInProgress || m.state > stateParked:
 		m.bad = fmt.Sprintf("state %d", m.state)
+	case m.fp == nil && (m.state == stateDone || m.state == stateFailed):
+		m.tomb = true
 	case len(m.fp) != fingerprintSize:
 		m.bad = fmt.Sprintf("fingerprint of %d bytes, want %d", len(m.fp), fingerprintSize)
 	case m.state == stateInProgress && lease == nil:

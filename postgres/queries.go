@@ -5,7 +5,7 @@ import "strings"
 // queries are the store's SQL statements, with its schema's name in them.
 // pgx prepares and caches each one per connection.
 type queries struct {
-	schema, marks string
+	schema, marks, tombs string
 
 	// lookup is the plain read of a key's mark: no lock, no write. The
 	// newest window first, and only the first row: PostgreSQL scans the
@@ -30,14 +30,30 @@ type queries struct {
 	nextFence, advanceFence, storedFence string
 }
 
-func newQueries(schema string) queries {
-	q := queries{schema: schema, marks: schema + ".marks"}
-	r := strings.NewReplacer("$S", schema, "$COLS", markColumns)
+func newQueries(schema string, tombs bool) queries {
+	q := queries{schema: schema, marks: schema + ".marks", tombs: schema + ".tombstones"}
+	r := strings.NewReplacer("$S", schema, "$COLS", markColumns, "$TCOLS", tombColumns)
 	q.lookup = r.Replace(`SELECT $COLS FROM $S.marks
 		WHERE id = $1 AND handler = $2 AND key = $3 ORDER BY win DESC LIMIT 1`)
 	q.lookupMany = r.Replace(`SELECT r.i, m.* FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) WITH ORDINALITY AS r(id, handler, key, i)
 		CROSS JOIN LATERAL (SELECT $COLS FROM $S.marks m
 			WHERE m.id = r.id AND m.handler = r.handler AND m.key = r.key ORDER BY m.win DESC LIMIT 1) m`)
+	if tombs {
+		// The key's mark, else its newest tombstone (a NULL fingerprint):
+		// at most two rows to sort.
+		q.lookup = r.Replace(`SELECT * FROM (
+			(SELECT $COLS FROM $S.marks WHERE id = $1 AND handler = $2 AND key = $3 ORDER BY win DESC LIMIT 1)
+			UNION ALL
+			(SELECT $TCOLS FROM $S.tombstones WHERE id = $1 ORDER BY win DESC LIMIT 1)
+		) u ORDER BY fingerprint IS NULL LIMIT 1`)
+		q.lookupMany = r.Replace(`SELECT r.i, m.* FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) WITH ORDINALITY AS r(id, handler, key, i)
+			CROSS JOIN LATERAL (SELECT * FROM (
+				(SELECT $COLS FROM $S.marks m
+					WHERE m.id = r.id AND m.handler = r.handler AND m.key = r.key ORDER BY m.win DESC LIMIT 1)
+				UNION ALL
+				(SELECT $TCOLS FROM $S.tombstones t WHERE t.id = r.id ORDER BY t.win DESC LIMIT 1)
+			) u ORDER BY fingerprint IS NULL LIMIT 1) m`)
+	}
 	q.tryLocks = `SELECT r.i, pg_try_advisory_xact_lock(r.lock) FROM unnest($1::bigint[]) WITH ORDINALITY AS r(lock, i)`
 	q.insert = r.Replace(`INSERT INTO $S.marks (win, first_seen, lease_until, token, state, id, fingerprint, handler, key, response, error,
 			attempt_start, takeovers, parked_at)

@@ -30,7 +30,10 @@ const formatVersion = 2
 // parked marks without a scan, for expiry (see expire.go). attempt_start
 // (NULL for a key's first attempt: first_seen), takeovers and parked_at
 // describe the attempt a claim or a PARKED mark records (format 2; see
-// migrate).
+// migrate). A tombstone (Options.TombstoneRetention) is what is left of a
+// final mark once its window is past Retention: its window, FirstSeen,
+// state and id, in a partition of the tombstones table per window, made
+// from the marks' partition before that one is dropped (see tombstones.go).
 const schemaDDL = `
 CREATE TABLE %[1]s.meta (
 	singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -57,6 +60,13 @@ CREATE TABLE %[1]s.marks (
 ) PARTITION BY RANGE (win);
 CREATE INDEX marks_leases ON %[1]s.marks (lease_until) WHERE state = 1;
 CREATE INDEX marks_parked ON %[1]s.marks (win) WHERE state = 4;
+CREATE TABLE %[1]s.tombstones (
+	win        bigint   NOT NULL,
+	first_seen bigint   NOT NULL,
+	state      smallint NOT NULL CHECK (state BETWEEN 2 AND 3),
+	id         bytea    NOT NULL,
+	PRIMARY KEY (id, win)
+) PARTITION BY RANGE (win);
 CREATE SEQUENCE %[1]s.claim_tokens AS bigint;
 CREATE TABLE %[1]s.fence_counters (
 	id       bytea  PRIMARY KEY,
@@ -72,7 +82,7 @@ INSERT INTO %[1]s.meta (format, window_span, clock_high) VALUES (%[2]d, %[3]d, 0
 
 // tables lists the schema's tables, to tell a schema that holds some of
 // them but no meta (not oncekv's) from an empty one.
-var tables = []string{"meta", "marks", "fence_counters", "fences", "claim_tokens"}
+var tables = []string{"meta", "marks", "fence_counters", "fences", "claim_tokens", "tombstones"}
 
 // schemaInfo is what the meta row says.
 type schemaInfo struct {
@@ -158,14 +168,22 @@ func prepareSchema(ctx context.Context, pool beginner, o *Options) (schemaInfo, 
 // makes a format 1 schema format 2.
 var migrations = []string{
 	// 2: PARKED marks (state 4) and the attempt a mark records, for the
-	// outcome probe (ClaimWith). The new columns take no rewrite (a NULL
-	// or constant default); the new CHECK scans the marks once, under
-	// the table's lock, and the parked index is built on every partition.
+	// outcome probe (ClaimWith), and the tombstones table. The new
+	// columns take no rewrite (a NULL or constant default); the new CHECK
+	// scans the marks once, under the table's lock, and the parked index
+	// is built on every partition.
 	`ALTER TABLE %[1]s.marks ADD COLUMN attempt_start bigint,
 		ADD COLUMN takeovers integer NOT NULL DEFAULT 0, ADD COLUMN parked_at bigint;
 	ALTER TABLE %[1]s.marks DROP CONSTRAINT marks_state_check;
 	ALTER TABLE %[1]s.marks ADD CONSTRAINT marks_state_check CHECK (state BETWEEN 1 AND 4);
-	CREATE INDEX marks_parked ON %[1]s.marks (win) WHERE state = 4`,
+	CREATE INDEX marks_parked ON %[1]s.marks (win) WHERE state = 4;
+	CREATE TABLE %[1]s.tombstones (
+		win        bigint   NOT NULL,
+		first_seen bigint   NOT NULL,
+		state      smallint NOT NULL CHECK (state BETWEEN 2 AND 3),
+		id         bytea    NOT NULL,
+		PRIMARY KEY (id, win)
+	) PARTITION BY RANGE (win)`,
 }
 
 // migrate brings the schema q, of format from, to formatVersion, in tx

@@ -30,6 +30,7 @@ type counters struct {
 	expiredWindows atomic.Uint64
 	fencedWrites   atomic.Uint64
 	takeovers      atomic.Uint64
+	tombDuplicates atomic.Uint64
 }
 
 func (c *counters) count(k outcome) { c.n[k].Add(1) }
@@ -55,6 +56,10 @@ type Stats struct {
 	Parked         uint64 // keys parked: a probe answered OutcomeUnknown
 	ParkRefused    uint64 // OutcomeUnknown with Options.MaxParked keys parked already (ErrParkFull)
 	ParkedAnswers  uint64 // requests answered with oncekv.ErrParked
+	// TombstoneDuplicates counts the duplicates, in Duplicates or
+	// FailedReplayed too, answered from a tombstone: their stored response
+	// had expired (oncekv.Result.ResponseExpired).
+	TombstoneDuplicates uint64
 }
 
 // Stats returns the Store's counts since Open.
@@ -67,6 +72,7 @@ func (s *Store) Stats() Stats {
 		FencedWrites: s.stats.fencedWrites.Load(), ExpiredWindows: s.stats.expiredWindows.Load(),
 		Takeovers: s.stats.takeovers.Load(), ProbeApplied: n(outcomeProbeApplied), Parked: n(outcomeParked),
 		ParkRefused: n(outcomeParkRefused), ParkedAnswers: n(outcomeParkedAnswer),
+		TombstoneDuplicates: s.stats.tombDuplicates.Load(),
 	}
 }
 
@@ -80,5 +86,6 @@ func (s Stats) Sub(old Stats) Stats {
 		FencedWrites: s.FencedWrites - old.FencedWrites, ExpiredWindows: s.ExpiredWindows - old.ExpiredWindows,
 		Takeovers: s.Takeovers - old.Takeovers, ProbeApplied: s.ProbeApplied - old.ProbeApplied, Parked: s.Parked - old.Parked,
 		ParkRefused: s.ParkRefused - old.ParkRefused, ParkedAnswers: s.ParkedAnswers - old.ParkedAnswers,
+		TombstoneDuplicates: s.TombstoneDuplicates - old.TombstoneDuplicates,
 	}
 }

@@ -67,8 +67,12 @@ func partitionName(start int64) string {
 
 // parsePartitionName is the inverse of partitionName; it reports false
 // for a name that is not one of the store's partitions.
-func parsePartitionName(name string) (int64, bool) {
-	rest, ok := strings.CutPrefix(name, "marks_")
+func parsePartitionName(name string) (int64, bool) { return parseTableName("marks_", name) }
+
+// parseTableName is parsePartitionName for the partitions whose names
+// begin with prefix (marks_, tombs_).
+func parseTableName(prefix, name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
 	if !ok || rest == "" {
 		return 0, false
 	}

@@ -7,7 +7,7 @@
 // transaction, duplicates, key reuse, fingerprints, permanent failures,
 // cancelled contexts, bad input, concurrency), claims (leases, takeover,
 // fencing of the old holder, release), the outcome probe on takeover
-// (ClaimWith) and parked keys, fencing tokens and fenced writes,
+// (ClaimWith) and parked keys, tombstones, fencing tokens and fenced writes,
 // and windows (retention, expiry, a live lease keeping its window, a clock
 // stepped back), each also after a reopen. It calls the stores' public API
 // only, through Store.
@@ -73,6 +73,8 @@ type Config struct {
 	Retention  time.Duration
 	WindowSpan time.Duration
 	Now        func() time.Time // the suite's clock; the store must use it
+	// TombstoneRetention is the store's option of that name (0: none).
+	TombstoneRetention time.Duration
 }
 
 // Harness opens stores of one kind for the suite.
@@ -222,6 +224,7 @@ func Run(t *testing.T, h *Harness) {
 		{"CompleteKeepsRetentionFromCompletion", testCompleteKeepsRetention},
 		{"ClockSteppedBack", testClockBack},
 		{"WindowSpanIsFixed", testWindowSpanFixed},
+		{"TombstonesKeepDuplicatesSuppressed", testTombstones},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newEnv(t, h)) })
 	}
