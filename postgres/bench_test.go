@@ -206,3 +206,41 @@ func BenchmarkBytesPerMark(b *testing.B) {
 	b.ReportMetric(float64(table)/float64(st.Marks), "table-bytes/mark")
 	b.ReportMetric(float64(index)/float64(st.Marks), "index-bytes/mark")
 }
+
+// BenchmarkBytesPerTombstone applies batches of 500 marks as
+// BenchmarkBytesPerMark does, expires their window with
+// TombstoneRetention on, and reports what the partition of tombstones
+// takes on disk per key (table and primary key), against the marks'.
+//
+//	ONCEKV_PG_DSN=... go test -run '^$' -bench BytesPerTombstone -benchtime 40x ./postgres
+func BenchmarkBytesPerTombstone(b *testing.B) {
+	pool := newPool(b)
+	clock := time.Date(2030, 1, 2, 3, 30, 0, 0, time.UTC)
+	schema := freshSchema(b, pool)
+	s := openStore(b, pool, postgres.Options{Schema: schema, Retention: 24 * time.Hour, TombstoneRetention: 72 * time.Hour, WindowSpan: time.Hour,
+		Now: func() time.Time { return clock }})
+	ctx := context.Background()
+	resp := make([]byte, 64)
+	reqs := make([]oncekv.Request, 500)
+	for i := range b.N {
+		for j := range reqs {
+			reqs[j] = oncekv.Request{Handler: "orders", Key: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, j), Payload: []byte("p")}
+		}
+		_, err := s.ApplyBatch(ctx, reqs, func(context.Context, pgx.Tx, int) ([]byte, error) { return resp, nil })
+		require.NoError(b, err)
+	}
+	b.StopTimer()
+	st, err := s.Storage(ctx)
+	require.NoError(b, err)
+	marks := st.Bytes
+	clock = clock.Add(26 * time.Hour)
+	_, err = s.Expire(ctx)
+	require.NoError(b, err)
+	var tombs int64
+	require.NoError(b, pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c
+		WHERE c.relnamespace = to_regnamespace($1) AND c.relkind = 'r' AND starts_with(c.relname, 'tombs_')`,
+		pgx.Identifier{schema}.Sanitize()).Scan(&tombs))
+	n := float64(b.N * len(reqs))
+	b.ReportMetric(float64(tombs)/n, "bytes/tombstone")
+	b.ReportMetric(float64(marks)/n, "bytes/mark")
+}

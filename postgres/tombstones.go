@@ -26,15 +26,17 @@ func tombName(start int64) string { return "tombs" + partitionName(start)[len("m
 
 // entomb makes the partition of tombstones of the marks' partition p, in
 // one transaction on conn, unless an expiry that died before its detach
-// made it already.
+// made it already, or p holds no final mark.
 func (s *Store) entomb(ctx context.Context, conn *pgxpool.Conn, st *oncekv.ExpireStats, p *partition) error {
 	name := tombName(p.start)
 	table := s.q.schema + "." + quote(name)
 	end := s.window.End(p.start)
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&exists); err != nil || exists {
-			return err
+		var exists, final bool
+		err := tx.QueryRow(ctx, fmt.Sprintf("SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM ONLY %s WHERE state IN (%d, %d))",
+			p.table, stateDone, stateFailed), table).Scan(&exists, &final)
+		if err != nil || exists || !final {
+			return err // made already, or nothing to keep
 		}
 		for _, stmt := range []string{
 			fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)", table, s.q.tombs),
