@@ -65,12 +65,9 @@ func partitionName(start int64) string {
 	return "marks_" + strconv.FormatInt(start, 10)
 }
 
-// parsePartitionName is the inverse of partitionName; it reports false
-// for a name that is not one of the store's partitions.
-func parsePartitionName(name string) (int64, bool) { return parseTableName("marks_", name) }
-
-// parseTableName is parsePartitionName for the partitions whose names
-// begin with prefix (marks_, tombs_).
+// parseTableName is the inverse of partitionName (prefix "marks_") and
+// of tombName ("tombs_"); it reports false for a name that is not one of
+// the store's partitions.
 func parseTableName(prefix, name string) (int64, bool) {
 	rest, ok := strings.CutPrefix(name, prefix)
 	if !ok || rest == "" {

@@ -44,6 +44,8 @@
 //	                                command; Options.MaxParked per file        no command; Options.MaxParked per schema
 //	a parked mark at expiry         carried to the newest window               moved to the current partition first
 //	loading a parked mark           kept, PARKED                               refused (ErrInvalidMark)
+//	tombstones                      about 22 bytes a key, FirstSeen to the     a row of a tombs_<start> partition, 121 bytes
+//	                                minute, a Bloom filter per window          a key, FirstSeen exact; no filter
 //	late duplicates, duplicate age  Stats, oncekv advise                       not kept
 //
 // Kind names the column a store follows.
