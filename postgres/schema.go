@@ -60,13 +60,7 @@ CREATE TABLE %[1]s.marks (
 ) PARTITION BY RANGE (win);
 CREATE INDEX marks_leases ON %[1]s.marks (lease_until) WHERE state = 1;
 CREATE INDEX marks_parked ON %[1]s.marks (win) WHERE state = 4;
-CREATE TABLE %[1]s.tombstones (
-	win        bigint   NOT NULL,
-	first_seen bigint   NOT NULL,
-	state      smallint NOT NULL CHECK (state BETWEEN 2 AND 3),
-	id         bytea    NOT NULL,
-	PRIMARY KEY (id, win)
-) PARTITION BY RANGE (win);
+` + tombstonesDDL + `;
 CREATE SEQUENCE %[1]s.claim_tokens AS bigint;
 CREATE TABLE %[1]s.fence_counters (
 	id       bytea  PRIMARY KEY,
@@ -79,6 +73,15 @@ CREATE TABLE %[1]s.fences (
 	fence    numeric(20, 0) NOT NULL
 );
 INSERT INTO %[1]s.meta (format, window_span, clock_high) VALUES (%[2]d, %[3]d, 0)`
+
+// tombstonesDDL creates the tombstones table (format 2).
+const tombstonesDDL = `CREATE TABLE %[1]s.tombstones (
+	win        bigint   NOT NULL,
+	first_seen bigint   NOT NULL,
+	state      smallint NOT NULL CHECK (state BETWEEN 2 AND 3),
+	id         bytea    NOT NULL,
+	PRIMARY KEY (id, win)
+) PARTITION BY RANGE (win)`
 
 // tables lists the schema's tables, to tell a schema that holds some of
 // them but no meta (not oncekv's) from an empty one.
@@ -177,13 +180,7 @@ var migrations = []string{
 	ALTER TABLE %[1]s.marks DROP CONSTRAINT marks_state_check;
 	ALTER TABLE %[1]s.marks ADD CONSTRAINT marks_state_check CHECK (state BETWEEN 1 AND 4);
 	CREATE INDEX marks_parked ON %[1]s.marks (win) WHERE state = 4;
-	CREATE TABLE %[1]s.tombstones (
-		win        bigint   NOT NULL,
-		first_seen bigint   NOT NULL,
-		state      smallint NOT NULL CHECK (state BETWEEN 2 AND 3),
-		id         bytea    NOT NULL,
-		PRIMARY KEY (id, win)
-	) PARTITION BY RANGE (win)`,
+	` + tombstonesDDL,
 }
 
 // migrate brings the schema q, of format from, to formatVersion, in tx
