@@ -41,7 +41,7 @@
 //	                                LoadMarks, Backup, Compact
 //	the outcome probe on takeover   DB.ClaimWith, oncekv.ClaimOptions          Store.ClaimWith, the same oncekv.ClaimOptions
 //	parked keys                     DB.Parked, DB.ResolveParked, the oncekv    Store.Parked, Store.ResolveParked (with a ctx),
-//	                                command; Options.MaxParked per file        no command; Options.MaxParked per schema
+//	                                command; Options.MaxParked per file        oncekv-pg; Options.MaxParked per schema
 //	a parked mark at expiry         carried to the newest window               moved to the current partition first
 //	loading a parked mark           kept, PARKED                               refused (ErrInvalidMark)
 //	tombstones                      about 22 bytes a key, FirstSeen to the     a row of a tombs_<start> partition, 121 bytes
