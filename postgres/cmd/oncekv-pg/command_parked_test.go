@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
@@ -29,14 +28,7 @@ func TestParkedAndResolve(t *testing.T) {
 		t.Skip("ONCEKV_PG_DSN is not set: no PostgreSQL (start one with .ci/postgres.sh)")
 	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	schema := fmt.Sprintf("parked_%d", os.Getpid())
-	t.Cleanup(func() {
-		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		require.NoError(t, err)
-	})
+	pool, schema := testSchema(t, dsn, "parked")
 	s, err := postgres.Open(ctx, pool, postgres.Options{Schema: schema, ExpireInterval: -1})
 	require.NoError(t, err)
 	defer s.Close()
