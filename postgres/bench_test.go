@@ -207,8 +207,7 @@ func BenchmarkBytesPerMark(b *testing.B) {
 func BenchmarkBytesPerTombstone(b *testing.B) {
 	pool := newPool(b)
 	clock := time.Date(2030, 1, 2, 3, 30, 0, 0, time.UTC)
-	schema := freshSchema(b, pool)
-	s := openStore(b, pool, postgres.Options{Schema: schema, Retention: 24 * time.Hour, TombstoneRetention: 72 * time.Hour, WindowSpan: time.Hour,
+	s := openStore(b, pool, postgres.Options{Retention: 24 * time.Hour, TombstoneRetention: 72 * time.Hour, WindowSpan: time.Hour,
 		Now: func() time.Time { return clock }})
 	ctx := context.Background()
 	n := applyMarks(b, s)
@@ -218,11 +217,10 @@ func BenchmarkBytesPerTombstone(b *testing.B) {
 	clock = clock.Add(26 * time.Hour)
 	_, err = s.Expire(ctx)
 	require.NoError(b, err)
-	var tombs int64
-	require.NoError(b, pool.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c
-		WHERE c.relnamespace = to_regnamespace($1) AND c.relkind = 'r' AND starts_with(c.relname, 'tombs_')`,
-		pgx.Identifier{schema}.Sanitize()).Scan(&tombs))
-	b.ReportMetric(float64(tombs)/float64(n), "bytes/tombstone")
+	st, err = s.Storage(ctx)
+	require.NoError(b, err)
+	require.Equal(b, int64(n), st.Tombstones)
+	b.ReportMetric(float64(st.TombstoneBytes)/float64(n), "bytes/tombstone")
 	b.ReportMetric(float64(marks)/float64(n), "bytes/mark")
 }
 

@@ -55,6 +55,10 @@ func TestTombstonesTurnedOff(t *testing.T) {
 	require.True(t, res.ResponseExpired)
 	require.Equal(t, uint64(1), s.Stats().TombstoneDuplicates)
 	require.Equal(t, 1, tombTables(t, schema))
+	st, err := s.Storage(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Tombstones)
+	require.Positive(t, st.TombstoneBytes)
 	require.NoError(t, s.Close())
 
 	opts.TombstoneRetention = 0

@@ -44,7 +44,7 @@
 //	                                command; Options.MaxParked per file        oncekv-pg; Options.MaxParked per schema
 //	a parked mark at expiry         carried to the newest window               moved to the current partition first
 //	loading a parked mark           kept, PARKED                               refused (ErrInvalidMark)
-//	tombstones                      about 22 bytes a key, FirstSeen to the     a row of a tombs_<start> partition, 121 bytes
+//	tombstones                      about 22 bytes a key, FirstSeen to the     a row of a tombs_<start> partition, ~120 bytes
 //	                                minute, a Bloom filter per window          a key, FirstSeen exact; no filter
 //	late duplicates, duplicate age  Stats, oncekv advise                       not kept
 //
