@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 
 func embeddedOptions(cfg conformance.Config) *oncekv.Options {
 	return &oncekv.Options{
-		Retention: cfg.Retention, WindowSpan: cfg.WindowSpan, Now: cfg.Now,
+		Retention: cfg.Retention, WindowSpan: cfg.WindowSpan, Now: cfg.Now, TombstoneRetention: cfg.TombstoneRetention,
 		ExpireInterval: -1, MaxClockJump: -1, NoSync: true,
 	}
 }
@@ -101,6 +101,26 @@ func (s *embedded) Claim(ctx context.Context, req oncekv.Request, lease time.Dur
 		return nil, err
 	}
 	return embeddedClaim{c}, nil
+}
+
+func (s *embedded) ClaimWith(ctx context.Context, req oncekv.Request, lease time.Duration, opts *oncekv.ClaimOptions) (conformance.Claim, error) {
+	c, err := s.db.ClaimWith(ctx, req, lease, opts)
+	if err != nil {
+		return nil, err
+	}
+	return embeddedClaim{c}, nil
+}
+
+func (s *embedded) Parked(context.Context) (marks []oncekv.MarkInfo, err error) {
+	err = s.db.Parked(func(m oncekv.MarkInfo) error {
+		marks = append(marks, m)
+		return nil
+	})
+	return marks, err
+}
+
+func (s *embedded) ResolveParked(_ context.Context, handler, key string, applied bool, response []byte) error {
+	return s.db.ResolveParked(handler, key, applied, response)
 }
 
 func (s *embedded) NextFence(_ context.Context, resource string) (uint64, error) {

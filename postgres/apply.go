@@ -169,17 +169,20 @@ func (o *op) fail(kind outcome, err error) {
 // answer sets o's outcome from the key's mark m, and reports false when m
 // does not decide it (a claim whose lease ran out, which o may take over).
 func (o *op) answer(m *mark, now int64) bool {
-	if !m.sameRequest(&o.id) {
+	// A tombstone keeps no fingerprint: key reuse cannot be told.
+	if !m.tomb && !m.sameRequest(&o.id) {
 		o.fail(outcomeKeyReuse, oncekv.ErrKeyReuse)
 		return true
 	}
 	switch m.state {
 	case stateDone:
-		o.res = oncekv.Result{Response: bytes.Clone(m.response), Duplicate: true, FirstSeen: timeFromNano(m.firstSeen)}
+		o.res = oncekv.Result{Response: bytes.Clone(m.response), Duplicate: true, FirstSeen: timeFromNano(m.firstSeen), ResponseExpired: m.tomb}
 		o.err, o.kind = nil, outcomeDuplicate
 	case stateFailed:
-		o.res = oncekv.Result{Duplicate: true, FirstSeen: timeFromNano(m.firstSeen)}
+		o.res = oncekv.Result{Duplicate: true, FirstSeen: timeFromNano(m.firstSeen), ResponseExpired: m.tomb}
 		o.err, o.kind = oncekv.NewFailedError(m.errMsg, nil), outcomeFailedReplayed
+	case stateParked:
+		o.fail(outcomeParkedAnswer, &oncekv.ParkedError{Attempt: m.attempt(o.req)})
 	default:
 		if !m.live(now) {
 			return false
@@ -192,6 +195,9 @@ func (o *op) answer(m *mark, now int64) bool {
 // settle counts and logs o's outcome and returns it as the caller sees it.
 func (s *Store) settle(ctx context.Context, o *op) (oncekv.Result, error) {
 	s.stats.count(o.kind)
+	if o.res.ResponseExpired {
+		s.stats.tombDuplicates.Add(1)
+	}
 	if o.kind == outcomeDuplicate && s.log.Enabled(ctx, slog.LevelInfo) {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
 			slog.String("handler", o.req.Handler),

@@ -185,6 +185,49 @@ func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatc
 func BenchmarkBytesPerMark(b *testing.B) {
 	s, _ := benchStore(b, newPool(b), postgres.Options{})
 	ctx := context.Background()
+	n := applyMarks(b, s)
+	st, err := s.Storage(ctx)
+	require.NoError(b, err)
+	require.Equal(b, int64(n), st.Marks)
+	var table, index int64
+	for _, w := range st.Windows {
+		table, index = table+w.TableBytes, index+w.IndexBytes
+	}
+	b.ReportMetric(float64(st.Bytes)/float64(st.Marks), "bytes/mark")
+	b.ReportMetric(float64(table)/float64(st.Marks), "table-bytes/mark")
+	b.ReportMetric(float64(index)/float64(st.Marks), "index-bytes/mark")
+}
+
+// BenchmarkBytesPerTombstone applies batches of 500 marks as
+// BenchmarkBytesPerMark does, expires their window with
+// TombstoneRetention on, and reports what the partition of tombstones
+// takes on disk per key (table and primary key), against the marks'.
+//
+//	ONCEKV_PG_DSN=... go test -run '^$' -bench BytesPerTombstone -benchtime 40x ./postgres
+func BenchmarkBytesPerTombstone(b *testing.B) {
+	pool := newPool(b)
+	clock := time.Date(2030, 1, 2, 3, 30, 0, 0, time.UTC)
+	s := openStore(b, pool, postgres.Options{Retention: 24 * time.Hour, TombstoneRetention: 72 * time.Hour, WindowSpan: time.Hour,
+		Now: func() time.Time { return clock }})
+	ctx := context.Background()
+	n := applyMarks(b, s)
+	st, err := s.Storage(ctx)
+	require.NoError(b, err)
+	marks := st.Bytes
+	clock = clock.Add(26 * time.Hour)
+	_, err = s.Expire(ctx)
+	require.NoError(b, err)
+	st, err = s.Storage(ctx)
+	require.NoError(b, err)
+	require.Equal(b, int64(n), st.Tombstones)
+	b.ReportMetric(float64(st.TombstoneBytes)/float64(n), "bytes/tombstone")
+	b.ReportMetric(float64(marks)/float64(n), "bytes/mark")
+}
+
+// applyMarks applies b.N batches of 500 marks (keys of 36 characters, a
+// 64-byte response), stops the timer and returns how many.
+func applyMarks(b *testing.B, s *postgres.Store) int {
+	ctx := context.Background()
 	resp := make([]byte, 64)
 	reqs := make([]oncekv.Request, 500)
 	for i := range b.N {
@@ -195,14 +238,5 @@ func BenchmarkBytesPerMark(b *testing.B) {
 		require.NoError(b, err)
 	}
 	b.StopTimer()
-	st, err := s.Storage(ctx)
-	require.NoError(b, err)
-	require.Equal(b, int64(b.N*len(reqs)), st.Marks)
-	var table, index int64
-	for _, w := range st.Windows {
-		table, index = table+w.TableBytes, index+w.IndexBytes
-	}
-	b.ReportMetric(float64(st.Bytes)/float64(st.Marks), "bytes/mark")
-	b.ReportMetric(float64(table)/float64(st.Marks), "table-bytes/mark")
-	b.ReportMetric(float64(index)/float64(st.Marks), "index-bytes/mark")
+	return b.N * len(reqs)
 }

@@ -24,6 +24,7 @@ const childEnv = "ONCEKV_PG_CHILD"
 var childRoles = map[string]func(ctx context.Context, s *postgres.Store, pool *pgxpool.Pool) error{
 	"stream": streamWorker,
 	"fence":  fenceWorker,
+	"charge": chargeWorker,
 }
 
 func TestMain(m *testing.M) {

@@ -38,6 +38,8 @@ type Claim struct {
 		leaseUntil time.Time
 		result     oncekv.Result
 		lost       error // the ErrFenced that ended the claim, repeated to every later call
+		// prev is the attempt the claim took over, nil for a first one.
+		prev *oncekv.Attempt
 	}
 }
 
@@ -48,6 +50,7 @@ const (
 	claimDone
 	claimFailed
 	claimReleased
+	claimParked // this claim parked the key (ClaimWith's probe)
 )
 
 // Claim claims req's key for an effect outside the store, for lease.
@@ -101,8 +104,11 @@ func (s *Store) Claim(ctx context.Context, req oncekv.Request, lease time.Durati
 		}
 		return nil, err
 	}
-	if o.kind == outcomeDuplicate {
+	switch {
+	case o.kind == outcomeDuplicate:
 		c.mu.state, c.mu.result = claimDone, res
+	case c.mu.prev != nil:
+		s.stats.takeovers.Add(1)
 	}
 	return c, nil
 }
@@ -133,15 +139,23 @@ func (c *Claim) take(ctx context.Context, o *op, lease time.Duration) error {
 		return err
 	}
 	m := &mark{state: stateInProgress, firstSeen: w.now, win: w.cur, fp: o.id.fp, leaseUntil: leaseEnd(w.now, lease), token: token}
+	var prev *oncekv.Attempt
 	if k.found != nil {
-		m.firstSeen = k.found.firstSeen // a takeover keeps the key's first-seen time
+		// A takeover keeps the key's first-seen time, and records this
+		// attempt's start and count; the attempt taken over is kept for
+		// TakenOver.
+		m.firstSeen = k.found.firstSeen
+		m.takeovers, m.attemptStart = k.found.takeovers+1, w.now
+		a := k.found.attempt(o.req)
+		a.Takeovers = int(m.takeovers)
+		prev = &a
 	}
 	w.put(o, m, k.found)
 	if err := s.commit(ctx, tx, w); err != nil {
 		return err
 	}
 	// c is not shared yet, so its fields need no lock.
-	c.mu.token, c.mu.leaseUntil = token, timeFromNano(m.leaseUntil)
+	c.mu.token, c.mu.leaseUntil, c.mu.prev = token, timeFromNano(m.leaseUntil), prev
 	return nil
 }
 
@@ -252,7 +266,7 @@ func (c *Claim) Complete(ctx context.Context, response []byte, effect func(ctx c
 		resp := cloneNil(response)
 		var first int64
 		err := c.updateLocked(ctx, outcomeApplied, c.s.checkResponse(len(resp)), effect, func(_ *writes, m *mark) {
-			m.state, m.response, m.leaseUntil = stateDone, resp, 0
+			m.state, m.response, m.leaseUntil, m.attemptStart = stateDone, resp, 0, 0
 			first = m.firstSeen
 		})
 		if oncekv.IsPermanent(err) {
@@ -294,18 +308,23 @@ func (c *Claim) failLocked(ctx context.Context, cause error) error {
 		kind, msg = outcomeFailedRecorded, cause.Error()
 		bad = c.s.checkResponse(len(msg))
 	}
+	if !permanent {
+		return c.releaseLocked(ctx, kind)
+	}
 	err := c.updateLocked(ctx, kind, bad, nil, func(_ *writes, m *mark) {
-		if permanent {
-			m.state, m.errMsg, m.leaseUntil = stateFailed, msg, 0
-		} else {
-			m.leaseUntil = releasedLease
-		}
+		m.state, m.errMsg, m.leaseUntil, m.attemptStart = stateFailed, msg, 0, 0
 	})
-	switch {
-	case err != nil:
-	case permanent:
+	if err == nil {
 		c.mu.state = claimFailed
-	default:
+	}
+	return err
+}
+
+// releaseLocked releases the key, for any Claim or Apply to take over at
+// once, counting kind.
+func (c *Claim) releaseLocked(ctx context.Context, kind outcome) error {
+	err := c.updateLocked(ctx, kind, nil, nil, func(_ *writes, m *mark) { m.leaseUntil = releasedLease })
+	if err == nil {
 		c.mu.state = claimReleased
 	}
 	return err
@@ -338,6 +357,13 @@ func (e *errEffect) Error() string { return e.err.Error() }
 // Complete's, runs first in the same transaction. It counts the outcome:
 // kind on success. The caller holds c.mu.
 func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effect func(context.Context, pgx.Tx) error, change func(w *writes, m *mark)) error {
+	return c.writeLocked(ctx, kind, bad, effect, nil, change)
+}
+
+// writeLocked is updateLocked with guard, which runs in the transaction
+// once the key is known to be held, and whose error (returned as it is)
+// rolls it back with nothing changed.
+func (c *Claim) writeLocked(ctx context.Context, kind outcome, bad error, effect, guard func(context.Context, pgx.Tx) error, change func(w *writes, m *mark)) error {
 	err := bad
 	switch {
 	case err != nil:
@@ -346,7 +372,7 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effec
 	case c.mu.state != claimHeld:
 		err = oncekv.ErrClaimDone
 	default:
-		err = c.step(ctx, effect, change)
+		err = c.step(ctx, effect, guard, change)
 	}
 	var ee *errEffect
 	switch {
@@ -360,6 +386,8 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effec
 		c.mu.lost, kind = err, outcomeFenced
 	case errors.Is(err, oncekv.ErrClaimDone), errors.Is(err, oncekv.ErrInvalidLease), errors.Is(err, oncekv.ErrResponseTooLarge):
 		kind = outcomeInvalid
+	case errors.Is(err, oncekv.ErrParkFull):
+		kind = outcomeParkRefused
 	default:
 		kind = outcomeAborted
 	}
@@ -368,7 +396,7 @@ func (c *Claim) updateLocked(ctx context.Context, kind outcome, bad error, effec
 }
 
 // step is updateLocked's transaction.
-func (c *Claim) step(ctx context.Context, effect func(context.Context, pgx.Tx) error, change func(w *writes, m *mark)) error {
+func (c *Claim) step(ctx context.Context, effect, guard func(context.Context, pgx.Tx) error, change func(w *writes, m *mark)) error {
 	s := c.s
 	tx, w, err := s.begin(ctx)
 	if err != nil {
@@ -385,6 +413,11 @@ func (c *Claim) step(ctx context.Context, effect func(context.Context, pgx.Tx) e
 	}
 	if err := c.heldBy(m[0]); err != nil {
 		return err
+	}
+	if guard != nil {
+		if err := guard(ctx, tx); err != nil {
+			return err
+		}
 	}
 	if effect != nil {
 		o.effect = func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return nil, effect(ctx, tx) }
@@ -443,6 +476,8 @@ func stateName(s int16) string {
 		return "DONE"
 	case stateFailed:
 		return "FAILED"
+	case stateParked:
+		return "PARKED"
 	}
 	return fmt.Sprintf("state %d", s)
 }

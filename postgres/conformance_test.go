@@ -54,7 +54,8 @@ func runConformance(t *testing.T, savepoints bool) {
 }
 
 func sharedOptions(schema string, cfg conformance.Config) postgres.Options {
-	return postgres.Options{Schema: schema, Retention: cfg.Retention, WindowSpan: cfg.WindowSpan, Now: cfg.Now, ExpireInterval: -1}
+	return postgres.Options{Schema: schema, Retention: cfg.Retention, WindowSpan: cfg.WindowSpan, Now: cfg.Now, ExpireInterval: -1,
+		TombstoneRetention: cfg.TombstoneRetention}
 }
 
 // shared is the conformance suite's view of a Store: counters in the
@@ -118,6 +119,26 @@ func (u *shared) Claim(ctx context.Context, req oncekv.Request, lease time.Durat
 		return nil, err
 	}
 	return sharedClaim{c, u}, nil
+}
+
+func (u *shared) ClaimWith(ctx context.Context, req oncekv.Request, lease time.Duration, opts *oncekv.ClaimOptions) (conformance.Claim, error) {
+	c, err := u.s.ClaimWith(ctx, req, lease, opts)
+	if err != nil {
+		return nil, err
+	}
+	return sharedClaim{c, u}, nil
+}
+
+func (u *shared) Parked(ctx context.Context) (marks []oncekv.MarkInfo, err error) {
+	err = u.s.Parked(ctx, func(m oncekv.MarkInfo) error {
+		marks = append(marks, m)
+		return nil
+	})
+	return marks, err
+}
+
+func (u *shared) ResolveParked(ctx context.Context, handler, key string, applied bool, response []byte) error {
+	return u.s.ResolveParked(ctx, handler, key, applied, response)
 }
 
 func (u *shared) NextFence(ctx context.Context, resource string) (uint64, error) {

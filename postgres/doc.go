@@ -51,6 +51,15 @@
 //     dropped, never deleted row by row, so expiry leaves no dead tuple and
 //     costs the same for a window of a thousand marks or a million. A key is
 //     deduplicated for at least Options.Retention.
+//   - A takeover can look before it acts again: ClaimWith runs the
+//     embedded store's oncekv.ClaimOptions probe, which records the key
+//     DONE, lets the claim proceed, or parks the key. A parked key answers
+//     every request on every host with oncekv.ErrParked, and expiry keeps
+//     it, until an operator calls Store.ResolveParked (Store.Parked lists
+//     them; tested with a worker process SIGKILLed after its charge).
+//   - With Options.TombstoneRetention, a key's window past Retention
+//     leaves a tombstone, and its duplicates are still suppressed
+//     (oncekv.Result.ResponseExpired) until TombstoneRetention.
 //
 // # Caveats
 //

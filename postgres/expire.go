@@ -30,7 +30,9 @@ import (
 // later ones find the work done.
 //
 // A window holding a claim whose lease has not run out is kept until it
-// has, and so are the windows after it (the root's rule). ExpireStats'
+// has, and so are the windows after it (the root's rule). A PARKED mark
+// is moved to the current window first, under its key's lock, so that it
+// stays until an operator resolves it (Store.ResolveParked). ExpireStats'
 // Marks is PostgreSQL's estimate of the rows of the dropped partitions
 // (pg_class.reltuples, as the last VACUUM or ANALYZE counted them), not a
 // count: counting would cost a scan of the window. Steps counts the DDL
@@ -104,6 +106,14 @@ func (s *Store) expire(ctx context.Context, st *oncekv.ExpireStats) (err error) 
 			if lease != nil && n < *lease {
 				break // a live claim keeps this window, and the ones after it
 			}
+			if err := s.carryParked(ctx, conn, &p, s.window.Start(now)); err != nil {
+				return fmt.Errorf("oncekv: expire: carry the parked marks of %s: %w", p.table, err)
+			}
+			if s.opts.TombstoneRetention > 0 {
+				if err := s.entomb(ctx, conn, st, &p); err != nil {
+					return fmt.Errorf("oncekv: expire: the tombstones of %s: %w", p.table, err)
+				}
+			}
 			if err := s.ddl(ctx, conn, st, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY", s.q.marks, p.table)); err != nil {
 				return err
 			}
@@ -117,6 +127,9 @@ func (s *Store) expire(ctx context.Context, st *oncekv.ExpireStats) (err error) 
 		st.Windows++
 		st.Marks += uint64(max(p.rows, 0))
 		s.stats.expiredWindows.Add(1)
+	}
+	if err := s.expireTombs(ctx, conn, st, n); err != nil {
+		return err
 	}
 	return s.saveClock(ctx)
 }
@@ -148,12 +161,18 @@ type partition struct {
 // partitions' names left behind by an Expire that died between its
 // detach and its drop.
 func (s *Store) partitions(ctx context.Context, conn *pgxpool.Conn) ([]partition, error) {
+	return s.tables(ctx, conn, s.q.marks, "marks_")
+}
+
+// tables is partitions for the partitions of parent whose names begin
+// with prefix.
+func (s *Store) tables(ctx context.Context, conn *pgxpool.Conn, parent, prefix string) ([]partition, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT c.relname, i.inhrelid IS NOT NULL, coalesce(i.inhdetachpending, false), c.reltuples
 		FROM pg_class c
 		LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = to_regclass($2)
-		WHERE c.relnamespace = to_regnamespace($1) AND c.relkind = 'r' AND c.relname LIKE 'marks\_%'`,
-		s.q.schema, s.q.marks)
+		WHERE c.relnamespace = to_regnamespace($1) AND c.relkind = 'r' AND starts_with(c.relname, $3)`,
+		s.q.schema, parent, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +184,7 @@ func (s *Store) partitions(ctx context.Context, conn *pgxpool.Conn) ([]partition
 		if err := rows.Scan(&name, &p.attached, &p.detaching, &p.rows); err != nil {
 			return nil, err
 		}
-		start, ok := parsePartitionName(name)
+		start, ok := parseTableName(prefix, name)
 		if !ok {
 			continue // not one of the store's names: not its table
 		}

@@ -23,7 +23,8 @@ import (
 // skipped: loaded says how many were written.
 //
 // Only DONE and FAILED marks are loaded. A claim in progress is refused
-// with oncekv.ErrInProgress: its worker belongs to the other store.
+// with oncekv.ErrInProgress: its worker belongs to the other store; a
+// PARKED mark with oncekv.ErrInvalidMark: resolve it before the move.
 // Raise the claim tokens with RaiseCounter first, so that a claim taken
 // here after the move gets a greater token than any handed out there.
 //
@@ -31,8 +32,8 @@ import (
 // key, and nothing is written when one is returned: an error matching
 // fs.ErrExist when the key has a mark here already (or is given twice);
 // oncekv.ErrInProgress, for a claim, or for a key another transaction
-// holds right now; oncekv.ErrInvalidMark for a State that is none of the
-// MarkState values; oncekv.ErrResponseTooLarge; the bad input errors of
+// holds right now; oncekv.ErrInvalidMark for a parked mark and for a
+// State that is none of the MarkState values; oncekv.ErrResponseTooLarge; the bad input errors of
 // Apply; oncekv.ErrClosed; the database's errors.
 func (s *Store) LoadMarks(ctx context.Context, marks []oncekv.MarkInfo) (loaded int, err error) {
 	if !s.enter() {
@@ -83,6 +84,8 @@ func (s *Store) loadRow(m *oncekv.MarkInfo, start int64) (*mark, *op, error) {
 	}
 	switch m.State {
 	case oncekv.MarkDone, oncekv.MarkFailed:
+	case oncekv.MarkParked:
+		return nil, nil, fmt.Errorf("oncekv: load mark: a parked mark is not loaded: resolve it first (oncekv resolve): %w", oncekv.ErrInvalidMark)
 	case oncekv.MarkInProgress:
 		return nil, nil, fmt.Errorf("%w: a claim in progress is not loaded", oncekv.ErrInProgress)
 	default:

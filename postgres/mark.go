@@ -18,6 +18,7 @@ const (
 	stateInProgress int16 = 1
 	stateDone       int16 = 2
 	stateFailed     int16 = 3
+	stateParked     int16 = 4
 	// stateGone is never stored: a claim's step that sets it deletes the
 	// key's mark (Abandon).
 	stateGone int16 = -1
@@ -78,11 +79,23 @@ type mark struct {
 	fp         []byte
 	response   []byte // nil when NULL: nil and empty stay distinct
 	errMsg     string
-	bad        string // what is wrong with the row it was read from; see checkMark
+	// attemptStart is when the attempt an IN_PROGRESS or PARKED mark
+	// records took the key; 0 (NULL) for the key's first attempt, whose
+	// start is firstSeen.
+	attemptStart int64
+	takeovers    int32  // times the key was taken over from an attempt that recorded no outcome
+	parkedAt     int64  // when a PARKED mark was parked; 0 (NULL) otherwise
+	tomb         bool   // a tombstone: no fingerprint, response or error (see tombColumns)
+	bad          string // what is wrong with the row it was read from; see checkMark
 }
 
 // markColumns are the columns scanMark reads, in its order.
-const markColumns = "win, first_seen, lease_until, token, state, fingerprint, response, error"
+const markColumns = "win, first_seen, lease_until, token, state, fingerprint, response, error, attempt_start, takeovers, parked_at"
+
+// tombColumns are markColumns as a row of the tombstones table gives
+// them: no lease, token, response, error or attempt, and a NULL
+// fingerprint, which tells a tombstone from a mark.
+const tombColumns = "win, first_seen, NULL::bigint, NULL::bigint, state, NULL::bytea, NULL::bytea, NULL::bytea, NULL::bigint, 0, NULL::bigint"
 
 // scanner is a pgx.Row or pgx.Rows.
 type scanner interface{ Scan(dest ...any) error }
@@ -91,21 +104,34 @@ type scanner interface{ Scan(dest ...any) error }
 // row is not checked yet: see checkMark.
 func scanMark(r scanner, extra ...any) (*mark, error) {
 	var m mark
-	var lease, token *int64
+	var lease, token, attemptStart, parkedAt *int64
 	var errMsg []byte
-	dest := append(extra, &m.win, &m.firstSeen, &lease, &token, &m.state, &m.fp, &m.response, &errMsg)
+	dest := append(extra, &m.win, &m.firstSeen, &lease, &token, &m.state, &m.fp, &m.response, &errMsg,
+		&attemptStart, &m.takeovers, &parkedAt)
 	if err := r.Scan(dest...); err != nil {
 		return nil, err
 	}
 	switch {
-	case m.state < stateInProgress || m.state > stateFailed:
+	case m.state < stateInProgress || m.state > stateParked:
 		m.bad = fmt.Sprintf("state %d", m.state)
+	case m.fp == nil && (m.state == stateDone || m.state == stateFailed):
+		m.tomb = true
 	case len(m.fp) != fingerprintSize:
 		m.bad = fmt.Sprintf("fingerprint of %d bytes, want %d", len(m.fp), fingerprintSize)
 	case m.state == stateInProgress && lease == nil:
 		m.bad = "a claim without a lease end"
 	case token != nil && *token < 0:
 		m.bad = fmt.Sprintf("token %d", *token)
+	case m.takeovers < 0:
+		m.bad = fmt.Sprintf("%d takeovers", m.takeovers)
+	case m.state == stateParked && parkedAt == nil:
+		m.bad = "a parked mark without the time it was parked"
+	}
+	if attemptStart != nil {
+		m.attemptStart = *attemptStart
+	}
+	if parkedAt != nil {
+		m.parkedAt = *parkedAt
 	}
 	if lease != nil {
 		m.leaseUntil = *lease
@@ -129,6 +155,15 @@ func (s *Store) checkMark(m *mark, id *ident) (*mark, error) {
 
 // sameRequest reports whether m's fingerprint is the request's.
 func (m *mark) sameRequest(id *ident) bool { return bytes.Equal(m.fp, id.fp) }
+
+// attempt is the attempt m records, of req's key (see oncekv.Attempt).
+func (m *mark) attempt(req *oncekv.Request) oncekv.Attempt {
+	started := m.attemptStart
+	if started == 0 {
+		started = m.firstSeen // the key's first attempt
+	}
+	return oncekv.Attempt{Handler: req.Handler, Key: req.Key, Token: m.token, Started: timeFromNano(started), Takeovers: int(m.takeovers)}
+}
 
 // live reports whether m is a claim whose lease has not run out at now.
 func (m *mark) live(now int64) bool { return m.state == stateInProgress && now < m.leaseUntil }

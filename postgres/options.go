@@ -43,6 +43,19 @@ type Options struct {
 	// give the same: expiry on any host drops by its own.
 	Retention time.Duration
 
+	// TombstoneRetention, when not zero, keeps a tombstone of every final
+	// mark after Retention, as oncekv.Options.TombstoneRetention does:
+	// when expiry drops a window's partition of marks, it first copies
+	// each DONE and FAILED mark's window, FirstSeen, state and id into a
+	// partition of the tombstones table, which is dropped in turn
+	// TombstoneRetention after the window's end. A duplicate that meets
+	// one is still suppressed, without its response
+	// (oncekv.Result.ResponseExpired) and without a fingerprint to detect
+	// key reuse. Default 0: off. Otherwise more than Retention, and at
+	// most oncekv.MaxWindows times the window span. Every host using the
+	// schema should give the same.
+	TombstoneRetention time.Duration
+
 	// WindowSpan is the range of one partition of the marks table. It is
 	// fixed when the schema is created: zero means the schema's (for a new
 	// one DefaultWindowSpan, 24h, or Retention when shorter), and another
@@ -69,8 +82,16 @@ type Options struct {
 	// next expiry. Default 2s.
 	LockTimeout time.Duration
 
-	// Logger receives "duplicate suppressed" at info level and the
-	// background work's failures. Default: nothing is logged.
+	// MaxParked caps the keys parked at once in the schema, waiting for an
+	// operator (ClaimWith's probe, Store.ResolveParked); at the cap an
+	// OutcomeUnknown parks nothing and returns oncekv.ErrParkFull, the key
+	// staying claimable. Default oncekv.DefaultMaxParked; negative parks
+	// none.
+	MaxParked int
+
+	// Logger receives "duplicate suppressed" at info level, parked keys
+	// at warn, and the background work's failures. Default: nothing is
+	// logged.
 	Logger *slog.Logger
 }
 
@@ -88,6 +109,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LockTimeout == 0 {
 		o.LockTimeout = DefaultLockTimeout
+	}
+	if o.MaxParked == 0 {
+		o.MaxParked = oncekv.DefaultMaxParked
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -110,6 +134,9 @@ func (o *Options) validate() error {
 			break
 		}
 	}
+	if o.TombstoneRetention < 0 {
+		bad("TombstoneRetention", o.TombstoneRetention, "must not be negative (zero means no tombstones)")
+	}
 	if o.LockTimeout < 0 {
 		bad("LockTimeout", o.LockTimeout, "must be positive (zero means the default)")
 	}
@@ -124,6 +151,21 @@ func (o *Options) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkTombs checks TombstoneRetention against Retention and the window
+// span, as the root's Options do.
+func checkTombs(retention, tombs, span time.Duration) error {
+	switch {
+	case tombs == 0:
+	case tombs <= retention:
+		return fmt.Errorf("%w: TombstoneRetention = %v: must be longer than Retention (%v), or 0 for no tombstones",
+			oncekv.ErrInvalidOptions, tombs, retention)
+	case tombs/span > oncekv.MaxWindows:
+		return fmt.Errorf("%w: TombstoneRetention %v / WindowSpan %v is %d windows, over the limit of oncekv.MaxWindows = %d",
+			oncekv.ErrInvalidOptions, tombs, span, tombs/span, oncekv.MaxWindows)
+	}
+	return nil
 }
 
 // checkWindows checks Retention against the window span, as the root's

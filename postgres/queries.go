@@ -5,7 +5,7 @@ import "strings"
 // queries are the store's SQL statements, with its schema's name in them.
 // pgx prepares and caches each one per connection.
 type queries struct {
-	schema, marks string
+	schema, marks, tombs string
 
 	// lookup is the plain read of a key's mark: no lock, no write. The
 	// newest window first, and only the first row: PostgreSQL scans the
@@ -16,32 +16,55 @@ type queries struct {
 	lookupMany string
 	// tryLocks takes the advisory locks of many keys without waiting, and
 	// says which it got.
-	tryLocks  string
-	insert    string // many marks at once
-	rewrite   string // one mark, maybe into another window
-	drop      string // one mark, deleted
-	token     string // nextval of tokenSeq
-	tokenSeq  string
-	saveClock string
+	tryLocks string
+	insert   string // many marks at once
+	rewrite  string // one mark, maybe into another window
+	remove   string // one mark, deleted (Abandon; ResolveParked, not applied)
+	// countParked and parked count and list the PARKED marks, by the
+	// partial index marks_parked.
+	countParked, parked string
+	token               string // nextval of tokenSeq
+	tokenSeq            string
+	saveClock           string
 
 	nextFence, advanceFence, storedFence string
 }
 
-func newQueries(schema string) queries {
-	q := queries{schema: schema, marks: schema + ".marks"}
-	r := strings.NewReplacer("$S", schema, "$COLS", markColumns)
+func newQueries(schema string, tombs bool) queries {
+	q := queries{schema: schema, marks: schema + ".marks", tombs: schema + ".tombstones"}
+	r := strings.NewReplacer("$S", schema, "$COLS", markColumns, "$TCOLS", tombColumns)
 	q.lookup = r.Replace(`SELECT $COLS FROM $S.marks
 		WHERE id = $1 AND handler = $2 AND key = $3 ORDER BY win DESC LIMIT 1`)
 	q.lookupMany = r.Replace(`SELECT r.i, m.* FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) WITH ORDINALITY AS r(id, handler, key, i)
 		CROSS JOIN LATERAL (SELECT $COLS FROM $S.marks m
 			WHERE m.id = r.id AND m.handler = r.handler AND m.key = r.key ORDER BY m.win DESC LIMIT 1) m`)
+	if tombs {
+		// The key's mark, else its newest tombstone (a NULL fingerprint):
+		// at most two rows to sort.
+		q.lookup = r.Replace(`SELECT * FROM (
+			(SELECT $COLS FROM $S.marks WHERE id = $1 AND handler = $2 AND key = $3 ORDER BY win DESC LIMIT 1)
+			UNION ALL
+			(SELECT $TCOLS FROM $S.tombstones WHERE id = $1 ORDER BY win DESC LIMIT 1)
+		) u ORDER BY fingerprint IS NULL LIMIT 1`)
+		q.lookupMany = r.Replace(`SELECT r.i, m.* FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) WITH ORDINALITY AS r(id, handler, key, i)
+			CROSS JOIN LATERAL (SELECT * FROM (
+				(SELECT $COLS FROM $S.marks m
+					WHERE m.id = r.id AND m.handler = r.handler AND m.key = r.key ORDER BY m.win DESC LIMIT 1)
+				UNION ALL
+				(SELECT $TCOLS FROM $S.tombstones t WHERE t.id = r.id ORDER BY t.win DESC LIMIT 1)
+			) u ORDER BY fingerprint IS NULL LIMIT 1) m`)
+	}
 	q.tryLocks = `SELECT r.i, pg_try_advisory_xact_lock(r.lock) FROM unnest($1::bigint[]) WITH ORDINALITY AS r(lock, i)`
-	q.insert = r.Replace(`INSERT INTO $S.marks (win, first_seen, lease_until, token, state, id, fingerprint, handler, key, response, error)
+	q.insert = r.Replace(`INSERT INTO $S.marks (win, first_seen, lease_until, token, state, id, fingerprint, handler, key, response, error,
+			attempt_start, takeovers, parked_at)
 		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::smallint[],
-			$6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[], $10::bytea[], $11::bytea[])`)
-	q.rewrite = r.Replace(`UPDATE $S.marks SET win = $3, lease_until = $4, token = $5, state = $6, response = $7, error = $8
+			$6::bytea[], $7::bytea[], $8::bytea[], $9::bytea[], $10::bytea[], $11::bytea[], $12::bigint[], $13::integer[], $14::bigint[])`)
+	q.rewrite = r.Replace(`UPDATE $S.marks SET win = $3, lease_until = $4, token = $5, state = $6, response = $7, error = $8,
+			attempt_start = $9, takeovers = $10, parked_at = $11
 		WHERE id = $1 AND win = $2`)
-	q.drop = r.Replace(`DELETE FROM $S.marks WHERE id = $1 AND win = $2`)
+	q.remove = r.Replace(`DELETE FROM $S.marks WHERE id = $1 AND win = $2`)
+	q.countParked = r.Replace(`SELECT count(*) FROM $S.marks WHERE state = 4`)
+	q.parked = r.Replace(`SELECT handler, key, $COLS FROM $S.marks WHERE state = 4 ORDER BY handler, key`)
 	q.token = `SELECT nextval($1::regclass)`
 	q.tokenSeq = schema + ".claim_tokens"
 	q.saveClock = r.Replace(`UPDATE $S.meta SET clock_high = greatest(clock_high, $1)`)

@@ -16,7 +16,7 @@ import (
 
 // formatVersion is the version of the schema's layout this package writes
 // and reads. Open refuses a schema of a newer one (oncekv.ErrFormatVersion).
-const formatVersion = 1
+const formatVersion = 2
 
 // The schema's tables. The marks are range-partitioned on the window
 // start, win; a partition is one window (see windows.go). id is the first
@@ -26,8 +26,14 @@ const formatVersion = 1
 // every look-up, so a collision of ids can never answer for another key.
 // The times are Unix nanoseconds, as the root's records hold them, so
 // both stores place a mark in the same window and replay the same
-// FirstSeen. The partial index finds a window's latest lease without a
-// scan, for expiry (see expire.go).
+// FirstSeen. The partial indexes find a window's latest lease and its
+// parked marks without a scan, for expiry (see expire.go). attempt_start
+// (NULL for a key's first attempt: first_seen), takeovers and parked_at
+// describe the attempt a claim or a PARKED mark records (format 2; see
+// migrate). A tombstone (Options.TombstoneRetention) is what is left of a
+// final mark once its window is past Retention: its window, FirstSeen,
+// state and id, in a partition of the tombstones table per window, made
+// from the marks' partition before that one is dropped (see tombstones.go).
 const schemaDDL = `
 CREATE TABLE %[1]s.meta (
 	singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -40,16 +46,21 @@ CREATE TABLE %[1]s.marks (
 	first_seen  bigint   NOT NULL,
 	lease_until bigint,
 	token       bigint,
-	state       smallint NOT NULL CHECK (state BETWEEN 1 AND 3),
+	state       smallint NOT NULL CONSTRAINT marks_state_check CHECK (state BETWEEN 1 AND 4),
 	id          bytea    NOT NULL,
 	fingerprint bytea    NOT NULL,
 	handler     bytea    NOT NULL,
 	key         bytea    NOT NULL,
 	response    bytea,
 	error       bytea,
+	attempt_start bigint,
+	takeovers   integer  NOT NULL DEFAULT 0,
+	parked_at   bigint,
 	PRIMARY KEY (id, win)
 ) PARTITION BY RANGE (win);
 CREATE INDEX marks_leases ON %[1]s.marks (lease_until) WHERE state = 1;
+CREATE INDEX marks_parked ON %[1]s.marks (win) WHERE state = 4;
+` + tombstonesDDL + `;
 CREATE SEQUENCE %[1]s.claim_tokens AS bigint;
 CREATE TABLE %[1]s.fence_counters (
 	id       bytea  PRIMARY KEY,
@@ -63,9 +74,18 @@ CREATE TABLE %[1]s.fences (
 );
 INSERT INTO %[1]s.meta (format, window_span, clock_high) VALUES (%[2]d, %[3]d, 0)`
 
+// tombstonesDDL creates the tombstones table (format 2).
+const tombstonesDDL = `CREATE TABLE %[1]s.tombstones (
+	win        bigint   NOT NULL,
+	first_seen bigint   NOT NULL,
+	state      smallint NOT NULL CHECK (state BETWEEN 2 AND 3),
+	id         bytea    NOT NULL,
+	PRIMARY KEY (id, win)
+) PARTITION BY RANGE (win)`
+
 // tables lists the schema's tables, to tell a schema that holds some of
 // them but no meta (not oncekv's) from an empty one.
-var tables = []string{"meta", "marks", "fence_counters", "fences", "claim_tokens"}
+var tables = []string{"meta", "marks", "fence_counters", "fences", "claim_tokens", "tombstones"}
 
 // schemaInfo is what the meta row says.
 type schemaInfo struct {
@@ -130,6 +150,11 @@ func prepareSchema(ctx context.Context, pool beginner, o *Options) (schemaInfo, 
 		case format < 1 || span <= 0:
 			return info, &oncekv.RecordError{Bucket: o.Schema + ".meta", Key: "meta", Err: fmt.Errorf("format %d, window span %d", format, span)}
 		}
+		if format < formatVersion {
+			if err := migrate(ctx, tx, q, format); err != nil {
+				return info, err
+			}
+		}
 		info.span = time.Duration(span)
 		if o.WindowSpan != 0 && o.WindowSpan != info.span {
 			return info, fmt.Errorf("%w: WindowSpan = %v: schema %s was created with %v; pass 0 or %v",
@@ -140,6 +165,38 @@ func prepareSchema(ctx context.Context, pool beginner, o *Options) (schemaInfo, 
 		}
 	}
 	return info, tx.Commit(ctx)
+}
+
+// migrations bring a schema of format i+1 to format i+2: migrations[0]
+// makes a format 1 schema format 2.
+var migrations = []string{
+	// 2: PARKED marks (state 4) and the attempt a mark records, for the
+	// outcome probe (ClaimWith), and the tombstones table. The new
+	// columns take no rewrite (a NULL or constant default); the new CHECK
+	// scans the marks once, under the table's lock, and the parked index
+	// is built on every partition.
+	`ALTER TABLE %[1]s.marks ADD COLUMN attempt_start bigint,
+		ADD COLUMN takeovers integer NOT NULL DEFAULT 0, ADD COLUMN parked_at bigint;
+	ALTER TABLE %[1]s.marks DROP CONSTRAINT marks_state_check;
+	ALTER TABLE %[1]s.marks ADD CONSTRAINT marks_state_check CHECK (state BETWEEN 1 AND 4);
+	CREATE INDEX marks_parked ON %[1]s.marks (win) WHERE state = 4;
+	` + tombstonesDDL,
+}
+
+// migrate brings the schema q, of format from, to formatVersion, in tx
+// (prepareSchema's, under the schema's open lock): every host opening it
+// at once waits, and the first one migrates. A host of an older build
+// refuses the schema from then on (oncekv.ErrFormatVersion); one already
+// running reads a PARKED mark as a damaged row (oncekv.ErrCorrupt):
+// upgrade every host before a probe can park a key.
+func migrate(ctx context.Context, tx pgx.Tx, q string, from int) error {
+	for v := from; v < formatVersion; v++ {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(migrations[v-1], q)); err != nil {
+			return fmt.Errorf("oncekv: migrate schema %s from format %d to %d: %w", q, v, v+1, err)
+		}
+	}
+	_, err := tx.Exec(ctx, "UPDATE "+q+".meta SET format = $1", formatVersion)
+	return err
 }
 
 // beginner is what prepareSchema needs of a pool.

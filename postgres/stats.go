@@ -17,7 +17,11 @@ const (
 	outcomeInvalid
 	outcomeAborted
 	outcomeFenced
-	outcomeCount // keep last
+	outcomeProbeApplied // a takeover's probe answered OutcomeApplied: recorded DONE
+	outcomeParked       // a takeover's probe answered OutcomeUnknown: parked
+	outcomeParkRefused  // OutcomeUnknown at Options.MaxParked: ErrParkFull
+	outcomeParkedAnswer // a request of a parked key: ErrParked
+	outcomeCount        // keep last
 )
 
 // counters are the Store's counts of outcomes since Open.
@@ -25,6 +29,8 @@ type counters struct {
 	n              [outcomeCount]atomic.Uint64
 	expiredWindows atomic.Uint64
 	fencedWrites   atomic.Uint64
+	takeovers      atomic.Uint64
+	tombDuplicates atomic.Uint64
 }
 
 func (c *counters) count(k outcome) { c.n[k].Add(1) }
@@ -45,6 +51,15 @@ type Stats struct {
 	Fenced         uint64 // claim operations of a holder that was taken over
 	FencedWrites   uint64 // AdvanceFence calls refused
 	ExpiredWindows uint64 // partitions this Store's Expire dropped
+	Takeovers      uint64 // claims that took a key over from an attempt that recorded no outcome
+	ProbeApplied   uint64 // takeovers whose probe answered OutcomeApplied: recorded DONE, nothing run
+	Parked         uint64 // keys parked: a probe answered OutcomeUnknown
+	ParkRefused    uint64 // OutcomeUnknown with Options.MaxParked keys parked already (ErrParkFull)
+	ParkedAnswers  uint64 // requests answered with oncekv.ErrParked
+	// TombstoneDuplicates counts the duplicates, in Duplicates or
+	// FailedReplayed too, answered from a tombstone: their stored response
+	// had expired (oncekv.Result.ResponseExpired).
+	TombstoneDuplicates uint64
 }
 
 // Stats returns the Store's counts since Open.
@@ -55,6 +70,9 @@ func (s *Store) Stats() Stats {
 		InProgress: n(outcomeInProgress), FailedRecorded: n(outcomeFailedRecorded), FailedReplayed: n(outcomeFailedReplayed),
 		EffectErrors: n(outcomeEffectError), Invalid: n(outcomeInvalid), Aborted: n(outcomeAborted), Fenced: n(outcomeFenced),
 		FencedWrites: s.stats.fencedWrites.Load(), ExpiredWindows: s.stats.expiredWindows.Load(),
+		Takeovers: s.stats.takeovers.Load(), ProbeApplied: n(outcomeProbeApplied), Parked: n(outcomeParked),
+		ParkRefused: n(outcomeParkRefused), ParkedAnswers: n(outcomeParkedAnswer),
+		TombstoneDuplicates: s.stats.tombDuplicates.Load(),
 	}
 }
 
@@ -66,5 +84,8 @@ func (s Stats) Sub(old Stats) Stats {
 		FailedReplayed: s.FailedReplayed - old.FailedReplayed, EffectErrors: s.EffectErrors - old.EffectErrors,
 		Invalid: s.Invalid - old.Invalid, Aborted: s.Aborted - old.Aborted, Fenced: s.Fenced - old.Fenced,
 		FencedWrites: s.FencedWrites - old.FencedWrites, ExpiredWindows: s.ExpiredWindows - old.ExpiredWindows,
+		Takeovers: s.Takeovers - old.Takeovers, ProbeApplied: s.ProbeApplied - old.ProbeApplied, Parked: s.Parked - old.Parked,
+		ParkRefused: s.ParkRefused - old.ParkRefused, ParkedAnswers: s.ParkedAnswers - old.ParkedAnswers,
+		TombstoneDuplicates: s.TombstoneDuplicates - old.TombstoneDuplicates,
 	}
 }

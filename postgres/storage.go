@@ -15,6 +15,13 @@ type Storage struct {
 	Marks      int64           // every partition's marks, counted
 	Bytes      int64           // every partition's table, indexes and TOAST
 	DeadTuples int64           // pg_stat_user_tables.n_dead_tup, summed
+	// Parked counts the PARKED marks, waiting for an operator
+	// (Store.ResolveParked): the gauge to page on. It is in Marks too.
+	Parked int64
+	// Tombstones counts the tombstones (Options.TombstoneRetention), and
+	// TombstoneBytes is what their partitions take, table and primary
+	// key; neither is in Marks or Bytes.
+	Tombstones, TombstoneBytes int64
 }
 
 // WindowStorage is one partition of Storage.
@@ -34,7 +41,7 @@ type WindowStorage struct {
 }
 
 // Storage reads the catalog's sizes of the schema's partitions and counts
-// their marks, reading every mark once (a scan: an operator's call, not a
+// their marks and tombstones, reading every one once (a scan: an operator's call, not a
 // hot path's). The sizes are PostgreSQL's, in bytes, with the free space
 // of pages not yet reused.
 //
@@ -71,5 +78,22 @@ func (s *Store) Storage(ctx context.Context) (Storage, error) {
 		st.DeadTuples += w.DeadTuples
 	}
 	slices.SortFunc(st.Windows, func(a, b WindowStorage) int { return a.Start.Compare(b.Start) })
+	if err := conn.QueryRow(ctx, s.q.countParked).Scan(&st.Parked); err != nil {
+		return st, err
+	}
+	tombs, err := s.tables(ctx, conn, s.q.tombs, "tombs_")
+	if err != nil {
+		return st, err
+	}
+	for _, p := range tombs {
+		if !p.attached && !p.detaching {
+			continue
+		}
+		var n, bytes int64
+		if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+p.table+`), pg_total_relation_size($1::regclass)`, p.table).Scan(&n, &bytes); err != nil {
+			return st, err
+		}
+		st.Tombstones, st.TombstoneBytes = st.Tombstones+n, st.TombstoneBytes+bytes
+	}
 	return st, nil
 }

@@ -24,9 +24,12 @@ type Store struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	window window.Config
-	log    *slog.Logger
-	clock  clock
-	q      queries
+	// tombWindow is window with TombstoneRetention for Retention: when a
+	// partition of tombstones expires.
+	tombWindow window.Config
+	log        *slog.Logger
+	clock      clock
+	q          queries
 	// salt makes keys' advisory locks differ between schemas: two stores
 	// of one database never wait for each other.
 	salt int64
@@ -75,14 +78,18 @@ func Open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error)
 		return nil, err
 	}
 	o.WindowSpan = info.span
+	if err := checkTombs(o.Retention, o.TombstoneRetention, o.WindowSpan); err != nil {
+		return nil, err
+	}
 	sum := sha256.Sum256([]byte("oncekv/" + o.Schema))
 	s := &Store{
 		pool:        pool,
 		opts:        o,
 		window:      window.Config{Span: o.WindowSpan, Retention: o.Retention},
+		tombWindow:  window.Config{Span: o.WindowSpan, Retention: o.TombstoneRetention},
 		log:         o.Logger,
 		clock:       clock{inject: o.Now},
-		q:           newQueries(quote(o.Schema)),
+		q:           newQueries(quote(o.Schema), o.TombstoneRetention > 0),
 		salt:        int64(binary.BigEndian.Uint64(sum[:8])),
 		maxResponse: MaxResponseSize,
 	}

@@ -57,11 +57,11 @@ func TestOpenChecksTheSchema(t *testing.T) {
 	schema := freshSchema(t, pool)
 	s := openStore(t, pool, postgres.Options{Schema: schema})
 	require.NoError(t, s.Close())
-	_, err := pool.Exec(ctx, "UPDATE "+userTable(schema, "meta")+" SET format = 2")
+	_, err := pool.Exec(ctx, "UPDATE "+userTable(schema, "meta")+" SET format = 3")
 	require.NoError(t, err)
 	_, err = postgres.Open(ctx, pool, postgres.Options{Schema: schema})
 	require.ErrorIs(t, err, oncekv.ErrFormatVersion)
-	require.Contains(t, err.Error(), "format 2")
+	require.Contains(t, err.Error(), "format 3")
 
 	other := freshSchema(t, pool)
 	_, err = pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{other}.Sanitize()+"; CREATE TABLE "+userTable(other, "marks")+" (id int)")

@@ -65,10 +65,11 @@ func partitionName(start int64) string {
 	return "marks_" + strconv.FormatInt(start, 10)
 }
 
-// parsePartitionName is the inverse of partitionName; it reports false
-// for a name that is not one of the store's partitions.
-func parsePartitionName(name string) (int64, bool) {
-	rest, ok := strings.CutPrefix(name, "marks_")
+// parseTableName is the inverse of partitionName (prefix "marks_") and
+// of tombName ("tombs_"); it reports false for a name that is not one of
+// the store's partitions.
+func parseTableName(prefix, name string) (int64, bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
 	if !ok || rest == "" {
 		return 0, false
 	}

@@ -48,8 +48,11 @@ func (w *writes) put(o *op, m *mark, old *mark) {
 // rewriteMark decides; then the current window cur.
 func (s *Store) rewriteWindow(from int64, m *mark, now, cur int64) int64 {
 	until := now + int64(s.opts.Retention)
-	if m.state == stateInProgress {
+	switch m.state {
+	case stateInProgress:
 		until = m.leaseUntil
+	case stateParked:
+		return cur // the newest window: expiry carries it on from there (expire.go)
 	}
 	if s.window.ExpiresAt(from) < until {
 		return cur
@@ -71,7 +74,7 @@ func (w *writes) flush(ctx context.Context, tx pgx.Tx) error {
 		b.Queue(w.s.q.rewrite, rewriteArgs(r.id, r.from, r.m)...)
 	}
 	for _, r := range w.drops {
-		b.Queue(w.s.q.drop, r.id.id, r.from)
+		b.Queue(w.s.q.remove, r.id.id, r.from)
 	}
 	if b.Len() == 0 {
 		return nil
@@ -107,7 +110,8 @@ func (w *writes) want(i int) int64 {
 // statement's unnest.
 type markArrays struct {
 	win, firstSeen                   []int64
-	lease, token                     []*int64
+	lease, token, attempt, parked    []*int64
+	takeovers                        []int32
 	state                            []int16
 	id, fp, handler, key, resp, errs [][]byte
 }
@@ -117,6 +121,7 @@ func newMarkArrays(n int) *markArrays {
 		win: make([]int64, n), firstSeen: make([]int64, n), lease: make([]*int64, n), token: make([]*int64, n),
 		state: make([]int16, n), id: make([][]byte, n), fp: make([][]byte, n), handler: make([][]byte, n),
 		key: make([][]byte, n), resp: make([][]byte, n), errs: make([][]byte, n),
+		attempt: make([]*int64, n), parked: make([]*int64, n), takeovers: make([]int32, n),
 	}
 }
 
@@ -125,15 +130,18 @@ func (a *markArrays) add(i int, m *mark, id *ident) {
 	a.lease[i], a.token[i] = nullInt(m.leaseUntil, m.state == stateInProgress), nullInt(int64(m.token), m.token != 0)
 	a.id[i], a.fp[i], a.handler[i], a.key[i] = id.id, m.fp, id.handler, id.key
 	a.resp[i], a.errs[i] = m.response, nullBytes(m.errMsg)
+	a.attempt[i], a.parked[i], a.takeovers[i] = nullInt(m.attemptStart, m.attemptStart != 0), nullInt(m.parkedAt, m.parkedAt != 0), m.takeovers
 }
 
 func (a *markArrays) args() []any {
-	return []any{a.win, a.firstSeen, a.lease, a.token, a.state, a.id, a.fp, a.handler, a.key, a.resp, a.errs}
+	return []any{a.win, a.firstSeen, a.lease, a.token, a.state, a.id, a.fp, a.handler, a.key, a.resp, a.errs,
+		a.attempt, a.takeovers, a.parked}
 }
 
 func rewriteArgs(id *ident, from int64, m *mark) []any {
 	return []any{id.id, from, m.win, nullInt(m.leaseUntil, m.state == stateInProgress),
-		nullInt(int64(m.token), m.token != 0), m.state, m.response, nullBytes(m.errMsg)}
+		nullInt(int64(m.token), m.token != 0), m.state, m.response, nullBytes(m.errMsg),
+		nullInt(m.attemptStart, m.attemptStart != 0), m.takeovers, nullInt(m.parkedAt, m.parkedAt != 0)}
 }
 
 func nullInt(v int64, valid bool) *int64 {

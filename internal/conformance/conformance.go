@@ -6,7 +6,8 @@
 // keeps its marks: Apply and ApplyBatch (effect and mark in one
 // transaction, duplicates, key reuse, fingerprints, permanent failures,
 // cancelled contexts, bad input, concurrency), claims (leases, takeover,
-// fencing of the old holder, release), fencing tokens and fenced writes,
+// fencing of the old holder, release), the outcome probe on takeover
+// (ClaimWith) and parked keys, tombstones, fencing tokens and fenced writes,
 // and windows (retention, expiry, a live lease keeping its window, a clock
 // stepped back), each also after a reopen. It calls the stores' public API
 // only, through Store.
@@ -38,6 +39,14 @@
 //	an effect's panic in a batch    the others commit, then it is raised       the same
 //	operator calls                  Mark, Marks, Forget, ReleaseClaim, Check,  LoadMarks (from oncekv dump); SQL for the rest
 //	                                LoadMarks, Backup, Compact
+//	the outcome probe on takeover   DB.ClaimWith, oncekv.ClaimOptions          Store.ClaimWith, the same oncekv.ClaimOptions
+//	parked keys                     DB.Parked, DB.ResolveParked, the oncekv    Store.Parked, Store.ResolveParked (with a ctx),
+//	                                command; Options.MaxParked per file        oncekv-pg; Options.MaxParked per schema
+//	a parked mark at expiry         carried to the newest window               moved to the current partition first
+//	loading a parked mark           kept, PARKED                               refused (ErrInvalidMark)
+//	tombstones                      about 22 bytes a key, FirstSeen to the     a row of a tombs_<start> partition, ~120 bytes
+//	                                minute, a Bloom filter per window          a key, FirstSeen exact; no filter
+//	late duplicates, duplicate age  Stats, oncekv advise                       not kept
 //
 // Kind names the column a store follows.
 package conformance
@@ -66,6 +75,8 @@ type Config struct {
 	Retention  time.Duration
 	WindowSpan time.Duration
 	Now        func() time.Time // the suite's clock; the store must use it
+	// TombstoneRetention is the store's option of that name (0: none).
+	TombstoneRetention time.Duration
 }
 
 // Harness opens stores of one kind for the suite.
@@ -89,6 +100,11 @@ type Store interface {
 	Apply(ctx context.Context, req oncekv.Request, e *Effect) (oncekv.Result, error)
 	ApplyBatch(ctx context.Context, reqs []oncekv.Request, e func(i int) *Effect) ([]oncekv.BatchResult, error)
 	Claim(ctx context.Context, req oncekv.Request, lease time.Duration) (Claim, error)
+	// ClaimWith is Claim with the outcome probe of opts on a takeover.
+	ClaimWith(ctx context.Context, req oncekv.Request, lease time.Duration, opts *oncekv.ClaimOptions) (Claim, error)
+	// Parked lists the parked keys, in the store's order.
+	Parked(ctx context.Context) ([]oncekv.MarkInfo, error)
+	ResolveParked(ctx context.Context, handler, key string, applied bool, response []byte) error
 	NextFence(ctx context.Context, resource string) (uint64, error)
 	// FencedWrite writes value for resource in the user's data only if
 	// fence is greater than the one stored with it (Bucket.PutFenced; an
@@ -109,6 +125,7 @@ type Claim interface {
 	Result() oncekv.Result
 	Key() string
 	Token() uint64
+	TakenOver() (oncekv.Attempt, bool)
 	LeaseUntil() time.Time
 	Extend(ctx context.Context, lease time.Duration) error
 	// Complete records the claim DONE with response, running e (if not
@@ -195,6 +212,12 @@ func Run(t *testing.T, h *Harness) {
 		{"ClaimDone", testClaimDone},
 		{"ExtendAndLeases", testExtend},
 		{"ClaimAcrossReopen", testClaimReopen},
+		{"TakenOverSaysWhichAttempt", testTakenOver},
+		{"ProbeAppliedRecordsDone", testProbeApplied},
+		{"ProbeNotAppliedProceeds", testProbeNotApplied},
+		{"ProbeErrorReleases", testProbeError},
+		{"ProbeUnknownParks", testParked},
+		{"ResolveParkedNotApplied", testResolveNotApplied},
 		{"NextFence", testNextFence},
 		{"FencedWrite", testFencedWrite},
 		{"ClaimTokensFenceWrites", testClaimTokensFence},
@@ -203,6 +226,7 @@ func Run(t *testing.T, h *Harness) {
 		{"CompleteKeepsRetentionFromCompletion", testCompleteKeepsRetention},
 		{"ClockSteppedBack", testClockBack},
 		{"WindowSpanIsFixed", testWindowSpanFixed},
+		{"TombstonesKeepDuplicatesSuppressed", testTombstones},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newEnv(t, h)) })
 	}

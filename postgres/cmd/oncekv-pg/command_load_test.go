@@ -30,6 +30,21 @@ func build(t *testing.T, dir, pkg, name string) string {
 	return bin
 }
 
+// testSchema returns a pool on dsn and the name of a schema for the test
+// (prefix and this process's id), dropped when it ends.
+func testSchema(t *testing.T, dsn, prefix string) (*pgxpool.Pool, string) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	schema := fmt.Sprintf("%s_%d", prefix, os.Getpid())
+	t.Cleanup(func() {
+		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		require.NoError(t, err)
+	})
+	return pool, schema
+}
+
 // TestLoadOfARealDump moves an embedded store into PostgreSQL the way an
 // operator would: `oncekv dump` of a bbolt file (the real command, built
 // from this repository), then `oncekv-pg load` of that dump. Every key the
@@ -98,14 +113,7 @@ func TestLoadOfARealDump(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(dump, out.Bytes(), 0o600))
 
-	pool, err := pgxpool.New(context.Background(), dsn)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	schema := fmt.Sprintf("load_%d", os.Getpid())
-	t.Cleanup(func() {
-		_, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		require.NoError(t, err)
-	})
+	pool, schema := testSchema(t, dsn, "load")
 	load := build(t, dir, ".", "oncekv-pg")
 	var stdout, stderr bytes.Buffer
 	cmd = exec.Command(load, "load", "-dsn", dsn, "-schema", schema)
