@@ -54,8 +54,8 @@ func runSuite(cfg config) error {
 		p := &allPeers[i]
 		switch {
 		case !cfg.wanted(p.name):
-		case p.name == "postgres" && cfg.pgDSN == "":
-			st.skipped = append(st.skipped, "postgres: no DSN (run .ci/postgres.sh, then -pg-dsn)")
+		case isPG(p.name) && cfg.pgDSN == "":
+			st.skipped = append(st.skipped, p.name+": no DSN (run .ci/postgres.sh, then -pg-dsn)")
 		default:
 			ps = append(ps, p)
 		}
