@@ -2,8 +2,9 @@
 # The PostgreSQL store (module postgres/) against a real PostgreSQL: starts
 # a private cluster on 127.0.0.1 with .ci/postgres.sh (installing Debian's
 # postgresql if missing), runs the module's vet and its tests with
-# ONCEKV_PG_DSN set (race detector on), then stops the cluster, whatever
-# happened. The root's conformance run of the same suite is part of the
+# ONCEKV_PG_DSN set (race detector on), and the bench module's PostgreSQL
+# peers (its protocol test and the pg cells on a tiny workload), then stops
+# the cluster, whatever happened. The root's conformance run of the same suite is part of the
 # root's go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,3 +22,7 @@ echo "== go vet (postgres module)"
 go vet ./...
 echo "== go test -race (postgres module, PostgreSQL at $ONCEKV_PG_DSN)"
 go test -race -count=1 ./...
+
+cd "$root/bench"
+echo "== the bench module's PostgreSQL peers (postgres, oncekv-pg) on a tiny workload"
+ONCEKV_BENCH_PG_DSN=$ONCEKV_PG_DSN go test -count=1 -run 'TestProtocol|TestSuiteSmokePG' .
