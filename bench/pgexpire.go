@@ -29,6 +29,10 @@ type pgExpireResult struct {
 	marks int // in the expired window
 	live  int // marks of the live window, which stay
 	took  time.Duration
+	// oncekv-pg only: the DDL statements of the measured Expire, and the
+	// longest of them (ExpireStats' Steps and LongestStep).
+	steps   int
+	longest time.Duration
 	// The marks' table (oncekv-pg: every partition, indexes included;
 	// postgres: processed_messages with its index), and its dead tuples,
 	// just before and just after the expiry.
@@ -132,6 +136,7 @@ func (b *bench) expireOncekvPG(n int) (r pgExpireResult, err error) {
 		if err == nil && st.Windows != 1 {
 			err = fmt.Errorf("expired %d windows, want 1 (%+v)", st.Windows, st)
 		}
+		r.steps, r.longest = st.Steps, st.LongestStep
 		return err
 	})
 	if err != nil {
@@ -307,16 +312,20 @@ func (st *suite) expiryTable(b *strings.Builder) {
 		"oncekv-pg's Store.Expire (DETACH PARTITION ... CONCURRENTLY, DROP TABLE) and the article's `DELETE FROM processed_messages WHERE created_at < ...`. "+
 		"Bytes are the marks' table with its indexes (oncekv-pg: every partition); dead tuples are pg_stat_user_tables.n_dead_tup "+
 		"(the article's include the failed INSERT of every duplicate); for the article's table, the VACUUM that reclaims the deleted rows, after the DELETE. "+
+		"Longest step: oncekv-pg's longest DDL statement of the Expire (ExpireStats.LongestStep), of its DDL statements. "+
 		"Duplicate p99: the calls that ended before the expiry began, and those that overlapped it.\n\n", st.expiry[0].live)
-	b.WriteString("| peer | window marks | expiry took | dead tuples before / after | bytes before / after | VACUUM after | bytes after VACUUM | dup p99 before / during | dup calls before / during |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| peer | window marks | expiry took | longest step (of) | dead tuples before / after | bytes before / after | VACUUM after | bytes after VACUUM | dup p99 before / during | dup calls before / during |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range st.expiry {
-		vac, vacBytes := "–", "–"
+		vac, vacBytes, step := "–", "–", "–"
+		if r.steps > 0 {
+			step = fmt.Sprintf("%v (%d)", r.longest.Round(time.Millisecond), r.steps)
+		}
 		if r.vacuum > 0 {
 			vac, vacBytes = r.vacuum.Round(time.Millisecond).String(), strconv.FormatInt(r.bytesVacuum, 10)
 		}
-		fmt.Fprintf(b, "| %s | %d | %v | %d / %d | %d / %d | %s | %s | %v / %v | %d / %d |\n", r.peer, r.marks,
-			r.took.Round(time.Millisecond), r.deadBefore, r.deadAfter, r.bytesBefore, r.bytesAfter, vac, vacBytes,
+		fmt.Fprintf(b, "| %s | %d | %v | %s | %d / %d | %d / %d | %s | %s | %v / %v | %d / %d |\n", r.peer, r.marks,
+			r.took.Round(time.Millisecond), step, r.deadBefore, r.deadAfter, r.bytesBefore, r.bytesAfter, vac, vacBytes,
 			r.p99Before.Round(time.Microsecond), r.p99During.Round(time.Microsecond), r.nBefore, r.nDuring)
 	}
 }
