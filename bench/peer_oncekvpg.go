@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/postgres"
 )
 
@@ -102,21 +101,9 @@ func (s *oncekvPGStore) apply(ctx context.Context, r *request) outcome {
 }
 
 func (s *oncekvPGStore) applyBatch(ctx context.Context, rs []request) ([]outcome, error) {
-	reqs := make([]oncekv.Request, len(rs))
-	for i := range rs {
-		reqs[i] = oncekvRequest(&rs[i])
-	}
-	res, err := s.s.ApplyBatch(ctx, reqs, func(ctx context.Context, tx pgx.Tx, i int) ([]byte, error) {
+	return oncekvOutcomes(s.s.ApplyBatch(ctx, oncekvRequests(rs), func(ctx context.Context, tx pgx.Tx, i int) ([]byte, error) {
 		return s.effect(ctx, tx, &rs[i])
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]outcome, len(res))
-	for i, r := range res {
-		out[i] = oncekvOutcome(r.Result, r.Err)
-	}
-	return out, nil
+	}))
 }
 
 func (s *oncekvPGStore) effectCount(key string) (uint64, error) {

@@ -92,14 +92,7 @@ func TestSuiteSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := cfg.out
-	if err := runSuite(cfg); err != nil {
-		t.Fatal(err)
-	}
-	md, err := os.ReadFile(filepath.Join(out, "results.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	md := smokeReport(t, cfg)
 	// Every target of issue 11 is computed (met or MISSED), none left
 	// "not measured" on this workload.
 	for _, want := range []string{
@@ -114,11 +107,11 @@ func TestSuiteSmoke(t *testing.T) {
 		"PutFenced / Put, 20 new keys in one transaction",
 		"### oncekv's commits",
 	} {
-		if !strings.Contains(string(md), want) {
+		if !strings.Contains(md, want) {
 			t.Errorf("results.md has no %q", want)
 		}
 	}
-	for _, l := range strings.Split(string(md), "\n") {
+	for _, l := range strings.Split(md, "\n") {
 		if strings.HasPrefix(l, "- not measured:") && !strings.Contains(l, "postgres") && !strings.Contains(l, "oncekv-pg") {
 			t.Errorf("%s", l)
 		}
@@ -172,14 +165,7 @@ func TestSuiteSmokePG(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := cfg.out
-	if err := runSuite(cfg); err != nil {
-		t.Fatal(err)
-	}
-	md, err := os.ReadFile(filepath.Join(out, "results.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	md := smokeReport(t, cfg)
 	for _, want := range []string{
 		"| oncekv-pg | 300 |", "| postgres | 600 |",
 		"oncekv-pg duplicates/s / the insert-first postgres protocol's, 1 client",
@@ -189,13 +175,27 @@ func TestSuiteSmokePG(t *testing.T) {
 		"dead tuples after expiring 600 marks",
 		"duplicate p99 while expiring 600 marks / before",
 	} {
-		if !strings.Contains(string(md), want) {
+		if !strings.Contains(md, want) {
 			t.Errorf("results.md has no %q", want)
 		}
 	}
-	for _, l := range strings.Split(string(md), "\n") {
+	for _, l := range strings.Split(md, "\n") {
 		if strings.HasPrefix(l, "- not measured:") && strings.Contains(l, "oncekv-pg") {
 			t.Errorf("%s", l)
 		}
 	}
+}
+
+// smokeReport runs the suite with cfg and returns its results.md.
+func smokeReport(t *testing.T, cfg config) string {
+	t.Helper()
+	out := cfg.out
+	if err := runSuite(cfg); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(md)
 }
