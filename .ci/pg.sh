@@ -4,7 +4,9 @@
 # postgresql if missing), runs the module's vet and its tests with
 # ONCEKV_PG_DSN set (race detector on: the store, and pgidem, idemhttp's
 # suite on PostgreSQL), then the examples module's replica torture test
-# (examples/replicas), then stops the cluster, whatever happened. The root's conformance run of the same suite is part of the
+# (examples/replicas) and the bench module's PostgreSQL peers (its protocol
+# test and the pg cells on a tiny workload), then stops the cluster,
+# whatever happened. The root's conformance run of the same suite is part of the
 # root's go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,3 +28,7 @@ go test -race -count=1 ./...
 cd "$root/examples"
 echo "== the replica torture test (examples/replicas: 3 replicas, 8 clients, SIGKILL and SIGSTOP)"
 go test -count=1 -v -run TestReplicasTortured ./replicas
+
+cd "$root/bench"
+echo "== the bench module's PostgreSQL peers (postgres, oncekv-pg) on a tiny workload"
+ONCEKV_BENCH_PG_DSN=$ONCEKV_PG_DSN go test -count=1 -run 'TestProtocol|TestSuiteSmokePG' .

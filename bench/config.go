@@ -37,12 +37,15 @@ type config struct {
 	openMarks     int // live marks of the open cell; 0 skips it
 	openWindows   int // windows the open cell's marks are spread over
 	fenceKeys     int // keys per transaction of the PutFenced cell; 0 skips it
+	// pgExpireMarks are the window sizes of the PostgreSQL expiry cell
+	// (pgexpire.go); none skips it.
+	pgExpireMarks []int
 }
 
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var c config
-	var peers, growth string
+	var peers, growth, pgExpire string
 	var full bool
 	fs.IntVar(&c.keys, "keys", 400, "unique keys per measured run of a durable cell")
 	fs.IntVar(&c.fastKeys, "fast-keys", 4000, "operations per measured run of a sync-off or duplicate cell")
@@ -70,6 +73,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.openMarks, "open-marks", 0, "live marks of the open cell, loaded with DB.LoadMarks; 0 skips it (-full: 10000000)")
 	fs.IntVar(&c.openWindows, "open-windows", 1, "windows the open cell's marks are spread over")
 	fs.IntVar(&c.fenceKeys, "fence-keys", 2000, "keys per transaction of the PutFenced / Put cell; 0 skips it")
+	fs.StringVar(&pgExpire, "pg-expire-marks", "100000", "marks of the window the PostgreSQL expiry cell expires, comma-separated sizes; 0 skips it (-full adds 1000000)")
 	plateauFlags(fs, &c.plateau)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -99,6 +103,9 @@ func parseFlags(args []string) (config, error) {
 	if full && !set["growth"] {
 		growth += ",10000000"
 	}
+	if full && !set["pg-expire-marks"] {
+		pgExpire += ",1000000"
+	}
 	if full && !set["open-marks"] {
 		c.openMarks = 10_000_000
 	}
@@ -108,6 +115,15 @@ func parseFlags(args []string) (config, error) {
 			return c, fmt.Errorf("-growth: bad size %q", s)
 		}
 		c.growth = append(c.growth, n)
+	}
+	for _, s := range strings.Split(pgExpire, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 0 {
+			return c, fmt.Errorf("-pg-expire-marks: bad size %q", s)
+		}
+		if n > 0 {
+			c.pgExpireMarks = append(c.pgExpireMarks, n)
+		}
 	}
 	if peers != "" {
 		c.peers = strings.Split(peers, ",")

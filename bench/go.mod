@@ -8,6 +8,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/oncekv/oncekv v0.0.0-00010101000000-000000000000
+	github.com/oncekv/oncekv/postgres v0.0.0-00010101000000-000000000000
 	go.etcd.io/bbolt v1.4.3
 	golang.org/x/sys v0.45.0
 	gonum.org/v1/plot v0.17.0
@@ -45,3 +46,5 @@ require (
 )
 
 replace github.com/oncekv/oncekv => ../
+
+replace github.com/oncekv/oncekv/postgres => ../postgres

@@ -108,6 +108,7 @@ var allPeers = []peer{
 	{"sqlite-normal", true, "WAL, synchronous=NORMAL: not durable on power loss", openSQLite("NORMAL")},
 	{"badger", true, "Badger v4, marks with a TTL", openBadger},
 	{"postgres", true, "article protocol: INSERT IN_PROGRESS, effect, DONE; SELECT on conflict", openPostgres},
+	{"oncekv-pg", true, "oncekv's PostgreSQL store (postgres/): Apply (ApplyBatch in the batch column)", openOncekvPG},
 }
 
 func findPeer(name string) *peer {

@@ -141,13 +141,22 @@ func (s *oncekvStore) apply(ctx context.Context, r *request) outcome {
 }
 
 func (s *oncekvStore) applyBatch(ctx context.Context, rs []request) ([]outcome, error) {
+	return oncekvOutcomes(s.db.ApplyBatch(ctx, oncekvRequests(rs), func(tx *oncekv.Tx, i int) ([]byte, error) {
+		return oncekvEffect(tx, &rs[i])
+	}))
+}
+
+// oncekvRequests are rs as oncekv's requests, for an ApplyBatch.
+func oncekvRequests(rs []request) []oncekv.Request {
 	reqs := make([]oncekv.Request, len(rs))
 	for i := range rs {
 		reqs[i] = oncekvRequest(&rs[i])
 	}
-	res, err := s.db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
-		return oncekvEffect(tx, &rs[i])
-	})
+	return reqs
+}
+
+// oncekvOutcomes are the outcomes of an ApplyBatch's results.
+func oncekvOutcomes(res []oncekv.BatchResult, err error) ([]outcome, error) {
 	if err != nil {
 		return nil, err
 	}

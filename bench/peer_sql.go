@@ -212,15 +212,7 @@ func openPostgres(c storeConfig) (store, error) {
 	if c.pgDSN == "" {
 		return nil, errNoDSN
 	}
-	dsn := c.pgDSN
-	if !c.sync {
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		dsn += sep + "synchronous_commit=off"
-	}
-	db, err := sql.Open("pgx", dsn)
+	db, err := sql.Open("pgx", pgDSN(c))
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +231,18 @@ func openPostgres(c storeConfig) (store, error) {
 		return nil, err
 	}
 	return pgStore{s}, nil
+}
+
+// pgDSN is c's DSN, with synchronous_commit off when c.sync is.
+func pgDSN(c storeConfig) string {
+	if c.sync {
+		return c.pgDSN
+	}
+	sep := "?"
+	if strings.Contains(c.pgDSN, "?") {
+		sep = "&"
+	}
+	return c.pgDSN + sep + "synchronous_commit=off"
 }
 
 var errNoDSN = errors.New("bench: no PostgreSQL DSN (-pg-dsn or ONCEKV_BENCH_PG_DSN)")

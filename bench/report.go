@@ -120,6 +120,7 @@ func (st *suite) markdown() string {
 			"Put %v, PutFenced %v: %.2fx.\n", f.keys, st.cfg.runs*fenceRunsPer, f.plain.Round(time.Microsecond), f.fenced.Round(time.Microsecond),
 			f.fenced.Seconds()/f.plain.Seconds())
 	}
+	st.expiryTable(&b)
 	b.WriteString("\n### Targets\n\n")
 	for _, t := range st.targets() {
 		b.WriteString(t.String() + "\n")

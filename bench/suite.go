@@ -18,6 +18,7 @@ type suite struct {
 	growth  []growthPoint
 	open    *openResult  // nil unless -open-marks (or -full)
 	fence   *fenceResult // nil with -fence-keys 0
+	expiry  []pgExpireResult
 	notes   map[string]string
 	skipped []string // peers left out, with why
 	started time.Time
@@ -54,8 +55,8 @@ func runSuite(cfg config) error {
 		p := &allPeers[i]
 		switch {
 		case !cfg.wanted(p.name):
-		case p.name == "postgres" && cfg.pgDSN == "":
-			st.skipped = append(st.skipped, "postgres: no DSN (run .ci/postgres.sh, then -pg-dsn)")
+		case isPG(p.name) && cfg.pgDSN == "":
+			st.skipped = append(st.skipped, p.name+": no DSN (run .ci/postgres.sh, then -pg-dsn)")
 		default:
 			ps = append(ps, p)
 		}
@@ -73,6 +74,11 @@ func runSuite(cfg config) error {
 		}
 		progress("%-40s %10.0f bytes on disk per mark", p.name+" size", size)
 		st.sizes[p.name] = size
+	}
+	if cfg.pgDSN != "" && len(cfg.pgExpireMarks) > 0 && (cfg.wanted("oncekv-pg") || cfg.wanted("postgres")) {
+		if st.expiry, err = b.pgExpireCell(); err != nil {
+			return err
+		}
 	}
 	if cfg.wanted("oncekv") {
 		if st.growth, err = b.growthCurve(); err != nil {

@@ -165,6 +165,7 @@ func (st *suite) targets() []target {
 	)
 	ts = append(ts, st.growthTargets()...)
 	ts = append(ts, st.openTarget(), st.fenceTarget())
+	ts = append(ts, st.pgTargets()...)
 	for i := range ts {
 		ts[i].note = st.notes[ts[i].id]
 	}
