@@ -39,6 +39,10 @@ var (
 	ErrNoMessage = errors.New("oncekv: queue: nil message")
 	// ErrNilDB: Open was given a nil *oncekv.DB.
 	ErrNilDB = errors.New("oncekv: queue: nil store")
+	// ErrNotReceived: AckAndReceive's ack committed, and then no message
+	// was received; the error names why (ctx done, the queue or the store
+	// closed, the lease's commit failed). The message given is acked.
+	ErrNotReceived = errors.New("oncekv: queue: acked; nothing received")
 	// ErrQueueClosed: the Queue was closed.
 	ErrQueueClosed = errors.New("oncekv: queue: closed")
 )
