@@ -28,9 +28,6 @@ import (
 // ErrNotReceived as well as its cause (ctx's error, ErrQueueClosed,
 // oncekv.ErrClosed, the store's): m is acked, and no message is leased.
 func (q *Queue) AckAndReceive(ctx context.Context, m *Message) (*Message, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, q.wrap("ack", m, err)
-	}
 	// Taken before the commit looks at the index, as Receive takes it
 	// before its look: a message made visible by a later commit wakes
 	// the wait below.
@@ -38,19 +35,9 @@ func (q *Queue) AckAndReceive(ctx context.Context, m *Message) (*Message, error)
 	if err != nil {
 		return nil, q.wrap("ack", m, err)
 	}
-	var next *Message
-	var at int64
-	err = q.batch.do(ctx, func(otx *oncekv.Tx) (err error) {
-		// Run again when another operation of the batch fails: start over.
-		next, at = nil, noneVisible
-		if next, err = q.AckTxAndPoll(otx, m); err != nil || next != nil {
-			return err
-		}
-		at, err = firstVisible(otx.Bucket(q.b.index))
-		return err
-	})
+	next, at, err := q.ackAndPoll(ctx, m)
 	if err != nil || next != nil {
-		return next, q.wrap("ack", m, err)
+		return next, err
 	}
 	if err := q.wait(ctx, wake, at); err != nil {
 		return nil, q.notReceived(err)
@@ -62,7 +49,39 @@ func (q *Queue) AckAndReceive(ctx context.Context, m *Message) (*Message, error)
 	return ms[0], nil
 }
 
-// AckTxAndPoll is AckAndReceive inside otx, without the wait: it acks m
+// AckAndPoll is AckAndReceive without the wait: it acks m and leases the
+// oldest message visible then in one commit, and returns nil with the
+// ack committed when none is visible. Its errors are Ack's: nothing was
+// written, nothing leased. A consumer that must tell the world the ack
+// committed before it waits (a relay counting what it sent) calls it,
+// then Receive when it returned nil.
+func (q *Queue) AckAndPoll(ctx context.Context, m *Message) (*Message, error) {
+	next, _, err := q.ackAndPoll(ctx, m)
+	return next, err
+}
+
+// ackAndPoll is AckAndPoll, returning also when the first message of the
+// index becomes visible when it leased none (see firstVisible).
+func (q *Queue) ackAndPoll(ctx context.Context, m *Message) (next *Message, at int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, q.wrap("ack", m, err)
+	}
+	err = q.batch.do(ctx, func(otx *oncekv.Tx) (err error) {
+		// Run again when another operation of the batch fails: start over.
+		next, at = nil, noneVisible
+		if next, err = q.AckTxAndPoll(otx, m); err != nil || next != nil {
+			return err
+		}
+		at, err = firstVisible(otx.Bucket(q.b.index))
+		return err
+	})
+	if err != nil {
+		return nil, 0, q.wrap("ack", m, err)
+	}
+	return next, at, nil
+}
+
+// AckTxAndPoll is AckAndPoll inside otx: it acks m
 // (see AckTx) and leases the oldest message visible then, or none (nil)
 // when none is. The consumer's writes, the ack and the lease commit
 // together, or none does; the returned message is leased only once otx

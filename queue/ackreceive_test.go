@@ -56,6 +56,11 @@ func ackAndReceiveNow(t *testing.T, e *env, m *queue.Message) (*queue.Message, e
 	return next, err
 }
 
+// ackAndPoll is AckAndPoll.
+func ackAndPoll(_ *testing.T, e *env, m *queue.Message) (*queue.Message, error) {
+	return e.q.AckAndPoll(ctx, m)
+}
+
 // ackNextScenario runs one script of enqueues, receives, clock moves and
 // acks-with-next through ackNext, and returns what it saw: the deliveries
 // (key, attempt, token, last error, lease), the errors and the stats after
@@ -119,14 +124,14 @@ func ackNextScenario(t *testing.T, ackNext ackNextFunc) []string {
 	return trace
 }
 
-// TestAckAndReceiveIsAckThenReceive: one script run twice, once with Ack
-// then a receive, once with AckAndReceive, sees the same deliveries,
+// TestAckAndReceiveIsAckThenReceive: one script run three times, with Ack
+// then a receive, with AckAndReceive and with AckAndPoll, sees the same deliveries,
 // tokens, leases, errors, dead letters and stats at every step, through
 // ordering keys, a delayed message, leases that ran out and a dead letter.
 func TestAckAndReceiveIsAckThenReceive(t *testing.T) {
 	want := ackNextScenario(t, ackThenPoll)
-	got := ackNextScenario(t, ackAndReceiveNow)
-	require.Equal(t, want, got)
+	require.Equal(t, want, ackNextScenario(t, ackAndReceiveNow), "AckAndReceive")
+	require.Equal(t, want, ackNextScenario(t, ackAndPoll), "AckAndPoll")
 	// The script does reach what it is for.
 	require.Contains(t, want[1], "ack a1: a2 attempt 1")
 	require.Contains(t, want[2], "ack a1 again: none fenced true")
@@ -136,7 +141,7 @@ func TestAckAndReceiveIsAckThenReceive(t *testing.T) {
 }
 
 // TestAckAndReceiveIsOneCommit: a consumer going through a backlog with
-// AckAndReceive pays one commit per message, where Ack then Receive pays
+// AckAndReceive (or AckAndPoll) pays one commit per message, where Ack then Receive pays
 // two.
 func TestAckAndReceiveIsOneCommit(t *testing.T) {
 	e := newEnv(t, nil)
@@ -155,12 +160,18 @@ func TestAckAndReceiveIsOneCommit(t *testing.T) {
 	}
 	require.Equal(t, uint64(n/2-1), e.db.Stats().Commits-before, "one commit per message")
 	before = e.db.Stats().Commits
-	for i := n / 2; i < n; i++ {
+	next, err := e.q.AckAndPoll(ctx, m)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprint("k", n/2), next.Key)
+	m = next
+	require.Equal(t, uint64(1), e.db.Stats().Commits-before, "AckAndPoll: one commit")
+	before = e.db.Stats().Commits
+	for i := n/2 + 1; i < n; i++ {
 		require.NoError(t, e.q.Ack(ctx, m))
 		m = e.receiveNow(t)
 		require.Equal(t, fmt.Sprint("k", i), m.Key)
 	}
-	require.Equal(t, uint64(2*(n/2)), e.db.Stats().Commits-before, "Ack then Receive: two")
+	require.Equal(t, uint64(2*(n/2-1)), e.db.Stats().Commits-before, "Ack then Receive: two")
 	require.NoError(t, e.q.Ack(ctx, m))
 	require.Equal(t, uint64(n), e.stats(t).Acked)
 }
