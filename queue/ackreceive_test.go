@@ -108,8 +108,8 @@ func ackNextScenario(t *testing.T, ackNext ackNextFunc) []string {
 	a3 := step("ack d1", d1)
 	c1 := step("ack a3", a3)
 	e.time.Advance(2 * time.Minute)
-	b1 = step("ack c1", c1) // b1's lease ran out: delivered again
-	step("ack b1's first delivery", a1)
+	step("ack c1", c1)                  // b1's lease ran out: delivered again
+	step("ack b1's first delivery", b1) // fenced: delivered again since
 	enqueue("e1", "", 0)
 	enqueue("f1", "", 0)
 	e1 := e.receiveNow(t)
@@ -136,6 +136,7 @@ func TestAckAndReceiveIsAckThenReceive(t *testing.T) {
 	require.Contains(t, want[1], "ack a1: a2 attempt 1")
 	require.Contains(t, want[2], "ack a1 again: none fenced true")
 	require.Contains(t, want[6], `ack c1: b1 attempt 2`)
+	require.Contains(t, want[7], "ack b1's first delivery: none fenced true")
 	require.Contains(t, want[9], "ack f1: none")
 	require.Contains(t, want[10], `dead b1 attempt 2 last "lease of attempt 2 ran out"`)
 }
