@@ -37,16 +37,8 @@ func ackThenPoll(t *testing.T, e *env, m *queue.Message) (*queue.Message, error)
 // returned; when it leased nothing, the wait ends at once with
 // ErrNotReceived.
 func ackAndReceiveNow(t *testing.T, e *env, m *queue.Message) (*queue.Message, error) {
-	changed := e.q.Changed()
-	cctx, cancel := context.WithCancel(ctx)
+	cctx, cancel := untilChanged(e.q)
 	defer cancel()
-	go func() {
-		select {
-		case <-changed:
-			cancel()
-		case <-cctx.Done():
-		}
-	}()
 	next, err := e.q.AckAndReceive(cctx, m)
 	if errors.Is(err, queue.ErrNotReceived) {
 		require.ErrorIs(t, err, context.Canceled)
@@ -54,6 +46,21 @@ func ackAndReceiveNow(t *testing.T, e *env, m *queue.Message) (*queue.Message, e
 		return nil, nil
 	}
 	return next, err
+}
+
+// untilChanged returns a context cancelled at q's next change (see
+// Queue.Changed), or by the function returned.
+func untilChanged(q *queue.Queue) (context.Context, context.CancelFunc) {
+	changed := q.Changed()
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	return cctx, cancel
 }
 
 // ackAndPoll is AckAndPoll.

@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -180,16 +179,8 @@ func TestQueueAgainstModel(t *testing.T) {
 				d := pickDelivery(rt)
 				// Cancelled by the ack's commit: a wait for a message
 				// ends at once, with ErrNotReceived.
-				changed := q.Changed()
-				cctx, cancel := context.WithCancel(ctx)
+				cctx, cancel := untilChanged(q)
 				defer cancel()
-				go func() {
-					select {
-					case <-changed:
-						cancel()
-					case <-cctx.Done():
-					}
-				}()
 				got, err := q.AckAndReceive(cctx, d)
 				if m.holds(d) == nil {
 					require.ErrorIs(rt, err, oncekv.ErrFenced)
