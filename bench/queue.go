@@ -418,6 +418,9 @@ func runQueueBench(args []string) (err error) {
 			return err
 		}
 	}
+	// The CPU each steady cell used per message, by peer: where the
+	// machine's cores are the bottleneck, it decides the rates.
+	cpu := map[bool][]float64{}
 	for _, oneTx := range []bool{false, true} {
 		peerSide := ""
 		if oneTx {
@@ -429,10 +432,23 @@ func runQueueBench(args []string) (err error) {
 				if err := fillQueue(ctx, p, c.n, c.batch, body); err != nil {
 					return 0, err
 				}
-				return steadyConsume(ctx, p, c.n, w, oneTx)
+				before, ok := processCPU()
+				rate, err := steadyConsume(ctx, p, c.n, w, oneTx)
+				if after, _ := processCPU(); ok {
+					_, isOncekv := p.(*oncekvQueue)
+					cpu[isOncekv] = append(cpu[isOncekv], float64((after-before).Microseconds())/float64(c.n))
+				}
+				return rate, err
 			}); err != nil {
 				return err
 			}
+			if len(cpu[true]) > 0 && len(cpu[false]) > 0 {
+				slices.Sort(cpu[true])
+				slices.Sort(cpu[false])
+				fmt.Printf("  process CPU per message (median): oncekv %.0f µs, goqite %.0f µs\n",
+					cpu[true][len(cpu[true])/2], cpu[false][len(cpu[false])/2])
+			}
+			clear(cpu)
 		}
 	}
 	var loopCommits []uint64
