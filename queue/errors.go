@@ -35,7 +35,8 @@ var (
 	// ErrInvalidDuration: Extend was given a lease that is not positive, or
 	// Defer a negative delay.
 	ErrInvalidDuration = errors.New("oncekv: queue: invalid duration")
-	// ErrNoMessage: a nil *Message was given to Ack, Nack or Extend.
+	// ErrNoMessage: a nil *Message was given to Ack, Nack, Extend or an
+	// ack-and-receive (AckAndReceive, AckAndPoll, AckTxAndPoll).
 	ErrNoMessage = errors.New("oncekv: queue: nil message")
 	// ErrNilDB: Open was given a nil *oncekv.DB.
 	ErrNilDB = errors.New("oncekv: queue: nil store")
