@@ -13,6 +13,10 @@
 //   - AckTx deletes the message in the consumer's transaction: delivery is
 //     at least once, and a consumer that acks with AckTx applies each
 //     message once.
+//   - AckAndReceive acks a message and leases the next in one commit: a
+//     steady consumer pays one commit per message, and waits without
+//     polling when none is left. AckTxAndPoll does it in the consumer's
+//     transaction.
 //   - Every delivery's token is greater than every earlier one; Ack, Nack
 //     and Extend by a holder whose lease was taken over return an error
 //     matching oncekv.ErrFenced and change nothing.

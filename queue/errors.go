@@ -35,10 +35,15 @@ var (
 	// ErrInvalidDuration: Extend was given a lease that is not positive, or
 	// Defer a negative delay.
 	ErrInvalidDuration = errors.New("oncekv: queue: invalid duration")
-	// ErrNoMessage: a nil *Message was given to Ack, Nack or Extend.
+	// ErrNoMessage: a nil *Message was given to Ack, Nack, Extend or an
+	// ack-and-receive (AckAndReceive, AckAndPoll, AckTxAndPoll).
 	ErrNoMessage = errors.New("oncekv: queue: nil message")
 	// ErrNilDB: Open was given a nil *oncekv.DB.
 	ErrNilDB = errors.New("oncekv: queue: nil store")
+	// ErrNotReceived: AckAndReceive's ack committed, and then no message
+	// was received; the error names why (ctx done, the queue or the store
+	// closed, the lease's commit failed). The message given is acked.
+	ErrNotReceived = errors.New("oncekv: queue: acked; nothing received")
 	// ErrQueueClosed: the Queue was closed.
 	ErrQueueClosed = errors.New("oncekv: queue: closed")
 )

@@ -132,6 +132,17 @@ func TestQueueAgainstModel(t *testing.T) {
 			}
 			return rapid.SampledFrom(all).Draw(rt, "delivery")
 		}
+		delivered := func(got *queue.Message, want *modelMsg) {
+			checkDelivery(got, want)
+			for i, d := range m.delivered {
+				if d.ID == want.id {
+					m.stale = append(m.stale, d)
+					m.delivered = append(m.delivered[:i], m.delivered[i+1:]...)
+					break
+				}
+			}
+			m.delivered = append(m.delivered, got)
+		}
 		rt.Repeat(map[string]func(*rapid.T){
 			"enqueue": func(rt *rapid.T) {
 				key := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f"}).Draw(rt, "key")
@@ -162,15 +173,29 @@ func TestQueueAgainstModel(t *testing.T) {
 					return
 				}
 				require.Len(rt, ms, 1)
-				checkDelivery(ms[0], want)
-				for i, d := range m.delivered {
-					if d.ID == want.id {
-						m.stale = append(m.stale, d)
-						m.delivered = append(m.delivered[:i], m.delivered[i+1:]...)
-						break
-					}
+				delivered(ms[0], want)
+			},
+			"ackAndReceive": func(rt *rapid.T) {
+				d := pickDelivery(rt)
+				// Cancelled by the ack's commit: a wait for a message
+				// ends at once, with ErrNotReceived.
+				cctx, cancel := untilChanged(q)
+				defer cancel()
+				got, err := q.AckAndReceive(cctx, d)
+				if m.holds(d) == nil {
+					require.ErrorIs(rt, err, oncekv.ErrFenced)
+					require.NotErrorIs(rt, err, queue.ErrNotReceived)
+					return
 				}
-				m.delivered = append(m.delivered, ms[0])
+				m.remove(d.ID)
+				want := m.receive()
+				if want == nil {
+					require.ErrorIs(rt, err, queue.ErrNotReceived)
+					require.Nil(rt, got)
+					return
+				}
+				require.NoError(rt, err)
+				delivered(got, want)
 			},
 			"ack": func(rt *rapid.T) {
 				d := pickDelivery(rt)

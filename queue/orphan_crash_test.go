@@ -26,6 +26,7 @@ import (
 // "PATH,hold" leases one message and waits to be killed; "PATH,crash"
 // leases one and kills itself, as a message that crashes its consumer
 // would; either prints "empty" and exits when there is none.
+// "PATH,ackreceive" is TestKilledRightAfterAckAndReceive's child.
 const orphanEnv = "ONCEKV_QUEUE_ORPHAN_CHILD"
 
 // stopped is the clock of the parent and every child: it never moves, so
@@ -46,6 +47,9 @@ func orphanChild(arg string) {
 	if err != nil {
 		panic(err)
 	}
+	if mode == "ackreceive" {
+		ackReceiveChild(q)
+	}
 	ms, err := q.Poll(context.Background(), 1)
 	if err != nil {
 		panic(err)
@@ -60,6 +64,29 @@ func orphanChild(arg string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 	select {} // until SIGKILL, the lease held
+}
+
+// seedStopped makes a store at path, on the stopped clock, whose queue
+// holds one message per key, its body "b".
+func seedStopped(t *testing.T, path string, keys ...string) {
+	t.Helper()
+	db, q := openStopped(t, path, false)
+	for _, k := range keys {
+		_, err := q.Enqueue(context.Background(), queue.Message{Key: k, Body: []byte("b")})
+		require.NoError(t, err)
+	}
+	require.NoError(t, q.Close())
+	require.NoError(t, db.Close())
+}
+
+// openStopped opens the store at path and its queue on the stopped clock.
+func openStopped(t *testing.T, path string, keep bool) (*oncekv.DB, *queue.Queue) {
+	t.Helper()
+	db, err := oncekv.Open(path, &oncekv.Options{Now: stopped, ExpireInterval: -1})
+	require.NoError(t, err)
+	q, err := queue.Open(db, "jobs", orphanOptions(keep))
+	require.NoError(t, err)
+	return db, q
 }
 
 // runOrphanChild runs the child in mode and returns what it printed; a
@@ -101,31 +128,17 @@ func TestLeaseOfAKilledConsumerIsReleasedAtOpen(t *testing.T) {
 		return
 	}
 	path := filepath.Join(t.TempDir(), "orphan.db")
-	db, err := oncekv.Open(path, &oncekv.Options{Now: stopped, ExpireInterval: -1})
-	require.NoError(t, err)
-	q, err := queue.Open(db, "jobs", orphanOptions(false))
-	require.NoError(t, err)
-	_, err = q.Enqueue(context.Background(), queue.Message{Key: "edit-1", Body: []byte("b")})
-	require.NoError(t, err)
-	require.NoError(t, q.Close())
-	require.NoError(t, db.Close())
+	seedStopped(t, path, "edit-1")
 
 	out, killed := runOrphanChild(t, "TestLeaseOfAKilledConsumerIsReleasedAtOpen", path, "hold")
 	require.True(t, killed)
 	var attempt int
 	var token uint64
-	_, err = fmt.Sscanf(out, "leased %d %d", &attempt, &token)
+	_, err := fmt.Sscanf(out, "leased %d %d", &attempt, &token)
 	require.NoError(t, err, out)
 	require.Equal(t, 1, attempt)
 
-	open := func(keep bool) (*oncekv.DB, *queue.Queue) {
-		db, err := oncekv.Open(path, &oncekv.Options{Now: stopped, ExpireInterval: -1})
-		require.NoError(t, err)
-		q, err := queue.Open(db, "jobs", orphanOptions(keep))
-		require.NoError(t, err)
-		return db, q
-	}
-	db, q = open(true)
+	db, q := openStopped(t, path, true)
 	st, err := q.Stats()
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), st.InFlight, "kept: %+v", st)
@@ -135,7 +148,7 @@ func TestLeaseOfAKilledConsumerIsReleasedAtOpen(t *testing.T) {
 	require.NoError(t, q.Close())
 	require.NoError(t, db.Close())
 
-	db, q = open(false)
+	db, q = openStopped(t, path, false)
 	defer func() { require.NoError(t, db.Close()); oncetest.Check(t, path) }()
 	defer q.Close()
 	st, err = q.Stats()
@@ -162,14 +175,7 @@ func TestConsumerThatCrashesEveryTimeIsDeadLetteredAfterMaxAttempts(t *testing.T
 		return
 	}
 	path := filepath.Join(t.TempDir(), "poison.db")
-	db, err := oncekv.Open(path, &oncekv.Options{Now: stopped, ExpireInterval: -1})
-	require.NoError(t, err)
-	q, err := queue.Open(db, "jobs", orphanOptions(false))
-	require.NoError(t, err)
-	_, err = q.Enqueue(context.Background(), queue.Message{Key: "poison", Body: []byte("b")})
-	require.NoError(t, err)
-	require.NoError(t, q.Close())
-	require.NoError(t, db.Close())
+	seedStopped(t, path, "poison")
 
 	var attempts []string
 	for round := 0; ; round++ {
@@ -185,10 +191,10 @@ func TestConsumerThatCrashesEveryTimeIsDeadLetteredAfterMaxAttempts(t *testing.T
 	for i, a := range attempts {
 		require.True(t, strings.HasPrefix(a, fmt.Sprintf("leased %d ", i+1)), a)
 	}
-	db, err = oncekv.Open(path, &oncekv.Options{Now: stopped, ExpireInterval: -1, ReadOnly: true})
+	db, err := oncekv.Open(path, &oncekv.Options{Now: stopped, ExpireInterval: -1, ReadOnly: true})
 	require.NoError(t, err)
 	defer db.Close()
-	q, err = queue.Open(db, "jobs", nil)
+	q, err := queue.Open(db, "jobs", nil)
 	require.NoError(t, err)
 	defer q.Close()
 	dead, err := q.DeadLetters(0, 10)

@@ -41,22 +41,29 @@ func (q *Queue) ReceiveBatch(ctx context.Context, n int) ([]*Message, error) {
 	if err := q.checkWritable(); err != nil {
 		return nil, q.wrap("receive", nil, err)
 	}
+	ms, err := q.receiveLoop(ctx, n)
+	return ms, q.wrap("receive", nil, err)
+}
+
+// receiveLoop is ReceiveBatch's loop, once n is checked: look, and wait
+// for a wake-up or a visible time when nothing was visible.
+func (q *Queue) receiveLoop(ctx context.Context, n int) ([]*Message, error) {
 	for {
 		// Take the wake channel before looking, so an enqueue committed
 		// after the look wakes this wait.
 		wake, err := q.waitChan()
 		if err != nil {
-			return nil, q.wrap("receive", nil, err)
+			return nil, err
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, q.wrap("receive", nil, err)
+			return nil, err
 		}
 		ms, next, err := q.tryReceive(ctx, n)
 		if err != nil || len(ms) > 0 {
-			return ms, q.wrap("receive", nil, err)
+			return ms, err
 		}
 		if err := q.wait(ctx, wake, next); err != nil {
-			return nil, q.wrap("receive", nil, err)
+			return nil, err
 		}
 	}
 }
@@ -131,18 +138,10 @@ func (q *Queue) tryReceive(ctx context.Context, n int) ([]*Message, int64, error
 	next := int64(noneVisible)
 	visible := false
 	// Look in a read transaction first: an idle queue costs no commit.
-	err := q.db.View(func(otx *oncekv.Tx) error {
-		k, _ := otx.Bucket(q.b.index).Cursor().First()
-		if k == nil {
-			return nil
-		}
-		at, _, err := parseIndexKey(k)
-		if err != nil {
-			return err
-		}
-		visible = at <= otx.Now().UnixNano()
-		next = at
-		return nil
+	err := q.db.View(func(otx *oncekv.Tx) (err error) {
+		next, err = firstVisible(otx.Bucket(q.b.index))
+		visible = err == nil && next != noneVisible && next <= otx.Now().UnixNano()
+		return err
 	})
 	if err != nil || !visible {
 		return nil, next, err

@@ -2,6 +2,8 @@
 // workers receive messages, hand each to a send function (an HTTP POST, an
 // MQTT or NATS publish), ack on success and nack on failure, within a retry
 // budget so that an outage of the far side is not multiplied by retries.
+// A worker's ack leases its next message in the same commit
+// (queue.AckAndPoll): one commit per message sent while messages wait.
 // With queue.EnqueueTx inside oncekv's Apply, it is the transactional
 // outbox's other half.
 //

@@ -188,45 +188,63 @@ func (r *Relay) graceTimer(runCtx context.Context, done <-chan struct{}, cancelS
 }
 
 // work is one worker's loop. It returns nil when runCtx is done, or the
-// error that stops the relay.
+// error that stops the relay. While messages are visible, each ack leases
+// the next one in the same commit (queue.AckAndPoll): one commit per
+// message sent; the worker waits in Receive only when none was.
 func (r *Relay) work(runCtx, sendCtx context.Context, i int) error {
+	var m *queue.Message
 	for {
-		m, err := r.q.Receive(runCtx)
-		if err != nil {
-			if runCtx.Err() != nil {
-				return nil
+		if m == nil {
+			var err error
+			if m, err = r.q.Receive(runCtx); err != nil {
+				if runCtx.Err() != nil {
+					return nil
+				}
+				return err
 			}
-			return err
 		}
-		if err := r.deliver(runCtx, sendCtx, i, m); err != nil {
+		var err error
+		if m, err = r.deliver(runCtx, sendCtx, i, m); err != nil {
 			return err
 		}
 	}
 }
 
 // deliver sends m once (or defers it unsent) and settles it with the
-// queue.
-func (r *Relay) deliver(runCtx, sendCtx context.Context, i int, m *queue.Message) error {
+// queue. After a send that succeeded, it returns the next message, leased
+// by the ack's commit, if one was visible then.
+func (r *Relay) deliver(runCtx, sendCtx context.Context, i int, m *queue.Message) (*queue.Message, error) {
 	r.hold(i, m.EnqueuedAt)
 	defer r.hold(i, time.Time{})
 	// The queue's own writes after the send must happen even when Run is
 	// stopping: they are short local commits.
 	local := context.WithoutCancel(runCtx)
 	if runCtx.Err() != nil {
-		return r.settle(r.q.Defer(local, m, 0), &r.c.released)
+		return nil, r.settle(r.q.Defer(local, m, 0), &r.c.released)
 	}
 	if m.Attempt <= 1 {
 		r.opts.Budget.Attempt()
 	} else if !r.opts.Budget.TryRetry() {
-		return r.settle(r.q.Defer(local, m, r.retrier.Backoff(m.Attempt-1)), &r.c.budgetExhausted)
+		return nil, r.settle(r.q.Defer(local, m, r.retrier.Backoff(m.Attempt-1)), &r.c.budgetExhausted)
 	} else {
 		r.c.retried.Add(1)
 	}
 	err := r.sendBeating(sendCtx, local, m)
 	if err == nil {
 		r.c.backoff.Store(0)
-		return r.settle(r.q.Ack(local, m), &r.c.sent)
+		if runCtx.Err() != nil {
+			// Stopping: lease nothing more, only to release it.
+			return nil, r.settle(r.q.Ack(local, m), &r.c.sent)
+		}
+		next, err := r.q.AckAndPoll(local, m)
+		return next, r.settle(err, &r.c.sent)
 	}
+	return nil, r.fail(sendCtx, local, m, err)
+}
+
+// fail settles m after a send that returned err: a nack, which releases
+// it at once when the send was cut short by Run's stop.
+func (r *Relay) fail(sendCtx, local context.Context, m *queue.Message, err error) error {
 	if stopped := sendCtx.Err(); stopped != nil && errors.Is(err, stopped) {
 		// Cut short by Run's stop, not the message's fault: nacked with
 		// sendCtx, the queue releases it at once, never dead-lettered
