@@ -90,6 +90,12 @@ func (c Counters) Sub(other Counters) Counters {
 	}
 }
 
+// Add returns c + other, for summing the counters of several handlers.
+func (c Counters) Add(other Counters) Counters {
+	c.add(other)
+	return c
+}
+
 func (c *Counters) add(o Counters) {
 	c.Applied += o.Applied
 	c.DuplicatesSuppressed += o.DuplicatesSuppressed

@@ -25,6 +25,7 @@ const (
 	metricHandler = attribute.Key("handler")
 	metricResult  = attribute.Key("result")
 	metricQueue   = attribute.Key("queue")
+	metricOutcome = attribute.Key("outcome")
 )
 
 // ErrNilArgument: ObserveDB, ObserveQueue or ObserveRelay was given nil.
@@ -74,6 +75,7 @@ func observeAll[S any](o metric.Observer, obs []observed[S], s *S, attrs metric.
 type instruments struct {
 	handler []observed[oncekv.Counters]
 	results metric.Float64ObservableCounter // oncekv.apply, by handler and result
+	probes  metric.Float64ObservableCounter // oncekv.probe_outcomes, by handler and outcome
 	store   []observed[oncekv.Stats]
 	queue   []observed[queueSnapshot]
 	relay   []observed[relaySnapshot]
@@ -81,12 +83,16 @@ type instruments struct {
 
 func newInstruments(m metric.Meter) (*instruments, error) {
 	var in instruments
-	var errs [5]error
+	var errs [6]error
 	in.results, errs[0] = m.Float64ObservableCounter("oncekv.apply", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests by how they ended: applied (effect committed), duplicate (stored response returned, effect not run), "+
 			"key_reuse (same key, another payload), in_progress (a live claim held the key), failed (permanent failure recorded), "+
 			"failed_replayed (a duplicate of a recorded failure), effect_error (transient, rolled back), "+
 			"aborted (context ended, commit failed, record unreadable). Bad input is in oncekv.invalid_requests."))
+	in.probes, errs[5] = m.Float64ObservableCounter("oncekv.probe_outcomes", metric.WithUnit("{takeover}"),
+		metric.WithDescription("What a takeover's probe (ClaimWith) settled: applied (recorded DONE with the probe's response, the effect "+
+			"not run again), parked (the outcome unknown: the key waits for an operator), park_refused (unknown, with MaxParked keys "+
+			"parked already: still claimable). A probe's not applied lets the claim go on, counted nowhere here."))
 	in.handler, errs[1] = makeAll(m, handlerSpecs)
 	in.store, errs[2] = makeAll(m, storeSpecs)
 	in.queue, errs[3] = makeAll(m, queueSpecs)
@@ -95,7 +101,7 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 }
 
 func (in *instruments) handlerObservables() []metric.Observable {
-	all := []metric.Observable{in.results}
+	all := []metric.Observable{in.results, in.probes}
 	for _, o := range in.handler {
 		all = append(all, o.inst)
 	}
@@ -129,6 +135,12 @@ func results(c *oncekv.Counters) []result {
 	}
 }
 
+// probeOutcomes are the values of oncekv.probe_outcomes, by outcome, with
+// the Prometheus module's outcome names.
+func probeOutcomes(c *oncekv.Counters) []result {
+	return []result{{"applied", c.ProbeApplied}, {"parked", c.Parked}, {"park_refused", c.ParkRefused}}
+}
+
 // handlerSpecs are the per-handler counters of the SPEC's observability
 // list, beside oncekv.apply.
 var handlerSpecs = []spec[oncekv.Counters]{
@@ -139,6 +151,17 @@ var handlerSpecs = []spec[oncekv.Counters]{
 		func(c *oncekv.Counters) float64 { return float64(c.InProgressConflicts) }},
 	{"oncekv.claims_fenced", "{operation}", "Claim operations (Extend, Complete, Fail) refused with ErrFenced: the claim had been taken over.", true,
 		func(c *oncekv.Counters) float64 { return float64(c.Fenced) }},
+	{"oncekv.takeovers", "{claim}", "Claims that took a key over from an earlier attempt that recorded no outcome: its lease ran out, " +
+		"it was released, or its process died. The earlier attempt may have made its external call (see oncekv.probe_outcomes).", true,
+		func(c *oncekv.Counters) float64 { return float64(c.Takeovers) }},
+	{"oncekv.parked_answers", "{request}", "Requests refused with ErrParked: their key waits for an operator (oncekv resolve). Page someone.", true,
+		func(c *oncekv.Counters) float64 { return float64(c.ParkedAnswers) }},
+	{"oncekv.tombstone_duplicates", "{request}", "Duplicates that came after Retention and were answered from a tombstone, without their " +
+		"stored response: Retention is shorter than this handler's redeliveries.", true,
+		func(c *oncekv.Counters) float64 { return float64(c.TombstoneDuplicates) }},
+	{"oncekv.late_duplicates", "{request}", "Keys applied again after every record of them had expired, estimated from Bloom filters of " +
+		"expired windows: the window (Retention, TombstoneRetention) is too short for this handler.", true,
+		func(c *oncekv.Counters) float64 { return float64(c.LateDuplicates) }},
 }
 
 func storeCounter(name, unit, desc string, value func(st *oncekv.Stats) float64) spec[oncekv.Stats] {
@@ -171,6 +194,13 @@ var storeSpecs = []spec[oncekv.Stats]{
 		func(st *oncekv.Stats) float64 { return float64(st.ClockJumps) }),
 	storeGauge("oncekv.live_marks", "{mark}", "Marks in the live windows: the size of the dedup table.",
 		func(st *oncekv.Stats) float64 { return float64(st.LiveMarks) }),
+	storeGauge("oncekv.parked_keys", "{key}", "Keys parked now, waiting for an operator (oncekv parked, oncekv resolve); at most "+
+		"Options.MaxParked. Non-zero pages someone.",
+		func(st *oncekv.Stats) float64 { return float64(st.ParkedKeys) }),
+	storeGauge("oncekv.tombstones", "{tombstone}", "Tombstones kept after Retention (Options.TombstoneRetention).",
+		func(st *oncekv.Stats) float64 { return float64(st.Tombstones) }),
+	storeGauge("oncekv.tombstone_windows", "{window}", "Windows that hold only tombstones.",
+		func(st *oncekv.Stats) float64 { return float64(len(st.TombstoneWindows)) }),
 	storeGauge("oncekv.oldest_mark.age", "s", "Age of the oldest live window holding marks (no mark is older): the age of the dedup table. 0 with no marks.",
 		func(st *oncekv.Stats) float64 { return st.OldestMarkAge.Seconds() }),
 	storeGauge("oncekv.windows", "{window}", "Live windows.",
@@ -230,6 +260,10 @@ func (t *Telemetry) ObserveDB(db *oncekv.DB, attrs ...attribute.KeyValue) (metri
 				o.ObserveFloat64(t.inst.results, float64(r.n),
 					metric.WithAttributeSet(attribute.NewSet(append(attrs, metricHandler.String(label), metricResult.String(r.name))...)))
 			}
+			for _, r := range probeOutcomes(&c) {
+				o.ObserveFloat64(t.inst.probes, float64(r.n),
+					metric.WithAttributeSet(attribute.NewSet(append(attrs, metricHandler.String(label), metricOutcome.String(r.name))...)))
+			}
 		}
 		observeAll(o, t.inst.store, &st, store)
 		return nil
@@ -281,14 +315,7 @@ func (h *handlers) byLabel(st *oncekv.Stats) map[string]oncekv.Counters {
 
 // sum returns a + b, but for InvalidRequests, which no handler has.
 func sum(a, b oncekv.Counters) oncekv.Counters {
-	a.Applied += b.Applied
-	a.DuplicatesSuppressed += b.DuplicatesSuppressed
-	a.InProgressConflicts += b.InProgressConflicts
-	a.KeyReuses += b.KeyReuses
-	a.FailedRecorded += b.FailedRecorded
-	a.FailedReplayed += b.FailedReplayed
-	a.EffectErrors += b.EffectErrors
-	a.Aborted += b.Aborted
-	a.Fenced += b.Fenced
-	return a
+	s := a.Add(b)
+	s.InvalidRequests = a.InvalidRequests
+	return s
 }
