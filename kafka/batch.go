@@ -11,7 +11,6 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/internal/delivery"
-	"github.com/oncekv/oncekv/retry"
 )
 
 // Verdict says what became of one record of a poll; its String method
@@ -178,22 +177,12 @@ func (b *batch) judge(ctx context.Context) {
 // returned delay) or given up on (false, after DeadLetter took it).
 func (b *batch) again(ctx context.Context, p partition, o *Outcome, now time.Time) (time.Duration, bool) {
 	c := b.c
-	adv := oncekv.Classify(o.Err)
-	if errors.Is(o.Err, ErrNoKey) {
-		adv.Action = oncekv.GiveUp // no delivery of it will ever have a key
-	}
-	if adv.Action == oncekv.RetryLater && !adv.NotBefore.IsZero() {
-		// A claim holds the key: come back when its lease ends, however
-		// long that takes; it is not the record's failure.
-		return min(max(adv.NotBefore.Sub(now), 0), c.retry.Policy().Cap), true
-	}
-	if adv.Action != oncekv.GiveUp {
-		d := c.retry.Decide(ctx, c.fail(p, o.Record.Offset), o.Err, now)
-		switch {
-		case d.Reason == retry.ReasonCanceled:
-			return 0, true
-		case !d.DeadLetter():
-			return d.Delay, true
+	// No delivery of a record without a key will ever have one. A key a
+	// claim holds is polled for again at least every Policy().Cap.
+	if !errors.Is(o.Err, ErrNoKey) {
+		attempt := func() int { return c.fail(p, o.Record.Offset) }
+		if delay, again := delivery.Again(ctx, o.Err, now, c.retry, attempt, c.retry.Policy().Cap); again {
+			return delay, true
 		}
 	}
 	if c.opts.DeadLetter == nil {

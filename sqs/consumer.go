@@ -193,15 +193,10 @@ func (c *Consumer) judge(ctx context.Context, outs []Outcome) {
 // again decides about a message that failed: retried after the returned
 // delay (true), or given up on (false).
 func (c *Consumer) again(ctx context.Context, o *Outcome, now time.Time) (time.Duration, bool) {
-	adv := oncekv.Classify(o.Err)
-	switch {
-	case errors.Is(o.Err, ErrNoKey) || adv.Action == oncekv.GiveUp:
+	if errors.Is(o.Err, ErrNoKey) {
 		return 0, false
-	case adv.Action == oncekv.RetryLater && !adv.NotBefore.IsZero():
-		return max(adv.NotBefore.Sub(now), 0), true // a claim holds the key until then
 	}
-	d := c.retry.Decide(ctx, receiveCount(o.Message), o.Err, now)
-	return d.Delay, !d.DeadLetter()
+	return delivery.Again(ctx, o.Err, now, c.retry, func() int { return receiveCount(o.Message) }, 0)
 }
 
 // receiveCount returns the message's ApproximateReceiveCount, 1 when SQS
