@@ -10,43 +10,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/oncekv/oncekv"
-	"github.com/oncekv/oncekv/retry"
+	"github.com/oncekv/oncekv/internal/delivery"
 )
 
-// Verdict says what became of one record of a poll.
-type Verdict uint8
+// Verdict says what became of one record of a poll; its String method
+// returns the verdict's name ("applied", "duplicate", "gave up", "retry").
+type Verdict = delivery.Verdict
 
 // The verdicts. Applied, Duplicate and GaveUp records have their offsets
 // committed (the commit may fail, which costs only duplicates); Retry
 // records are polled again.
 const (
 	// Applied: the effect ran and committed with the record's mark.
-	Applied Verdict = iota
+	Applied = delivery.Applied
 	// Duplicate: the key was applied before; the effect did not run.
-	Duplicate
+	Duplicate = delivery.Duplicate
 	// GaveUp: the record can never succeed (see Options.DeadLetter).
-	GaveUp
+	GaveUp = delivery.GaveUp
 	// Retry: the record failed in a way a retry can fix, or an earlier
 	// record of its partition did (then it was not applied: its Err is
 	// ErrEarlierFailed); its partition is rewound to the first such
 	// record, so a partition's records are applied in offset order.
-	Retry
+	Retry = delivery.Retry
 )
-
-// String returns the verdict's name.
-func (v Verdict) String() string {
-	switch v {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case GaveUp:
-		return "gave up"
-	case Retry:
-		return "retry"
-	}
-	return fmt.Sprintf("Verdict(%d)", uint8(v))
-}
 
 // Outcome is what became of one record of a poll.
 type Outcome struct {
@@ -91,25 +77,22 @@ func newBatch(c *Consumer, recs []*kgo.Record) *batch {
 // error is ApplyBatch's: the batch as a whole failed, nothing is judged.
 func (b *batch) apply(ctx context.Context) error {
 	c := b.c
-	reqs := make([]oncekv.Request, 0, len(b.outcomes))
-	idx := make([]int, 0, len(b.outcomes)) // reqs[i] is outcomes[idx[i]]
+	keys := make([]string, len(b.outcomes))
 	for i := range b.outcomes {
 		o := &b.outcomes[i]
 		if o.Key == "" {
 			o.Err = recordError(o, ErrNoKey)
-			continue
 		}
-		reqs = append(reqs, oncekv.Request{Handler: c.opts.Handler, Key: o.Key, Payload: o.Record.Value})
-		idx = append(idx, i)
+		keys[i] = o.Key
 	}
 	// broken holds, per partition, the first record whose effect failed
 	// in a way a retry can fix: the records after it in its partition are
 	// not applied in this batch (ErrEarlierFailed), so a partition is
 	// applied in order. Skipping them costs a rollback each, no commit.
 	broken := make(map[partition]int)
-	if len(reqs) > 0 {
-		results, err := c.db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
-			j := idx[i]
+	results, err := delivery.Apply(ctx, c.db, c.opts.Handler, keys,
+		func(j int) []byte { return b.outcomes[j].Record.Value },
+		func(tx *oncekv.Tx, j int) ([]byte, error) {
 			r := b.outcomes[j].Record
 			p := partition{r.Topic, r.Partition}
 			if k, ok := broken[p]; ok && k < j {
@@ -121,15 +104,14 @@ func (b *batch) apply(ctx context.Context) error {
 			}
 			return resp, err
 		})
-		if err != nil {
-			return err
-		}
-		for i, res := range results {
-			o := &b.outcomes[idx[i]]
-			o.Result = res.Result
-			if res.Err != nil {
-				o.Err = recordError(o, res.Err)
-			}
+	if err != nil {
+		return err
+	}
+	for i, res := range results {
+		o := &b.outcomes[i]
+		o.Result = res.Result
+		if res.Err != nil {
+			o.Err = recordError(o, res.Err)
 		}
 	}
 	b.judge(ctx)
@@ -159,9 +141,7 @@ func (b *batch) judge(ctx context.Context) {
 		case o.Err == nil && o.Result.Duplicate:
 			o.Verdict = Duplicate
 			c.stats.duplicates.Add(1)
-			c.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
-				slog.String("handler", c.opts.Handler), slog.String("key", o.Key),
-				slog.Int64("age_ms", now.Sub(o.Result.FirstSeen).Milliseconds()),
+			delivery.LogDuplicate(ctx, c.opts.Logger, c.opts.Handler, o.Key, now.Sub(o.Result.FirstSeen),
 				slog.String("topic", r.Topic), slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset))
 		case o.Err == nil:
 			o.Verdict = Applied
@@ -197,22 +177,12 @@ func (b *batch) judge(ctx context.Context) {
 // returned delay) or given up on (false, after DeadLetter took it).
 func (b *batch) again(ctx context.Context, p partition, o *Outcome, now time.Time) (time.Duration, bool) {
 	c := b.c
-	adv := oncekv.Classify(o.Err)
-	if errors.Is(o.Err, ErrNoKey) {
-		adv.Action = oncekv.GiveUp // no delivery of it will ever have a key
-	}
-	if adv.Action == oncekv.RetryLater && !adv.NotBefore.IsZero() {
-		// A claim holds the key: come back when its lease ends, however
-		// long that takes; it is not the record's failure.
-		return min(max(adv.NotBefore.Sub(now), 0), c.retry.Policy().Cap), true
-	}
-	if adv.Action != oncekv.GiveUp {
-		d := c.retry.Decide(ctx, c.fail(p, o.Record.Offset), o.Err, now)
-		switch {
-		case d.Reason == retry.ReasonCanceled:
-			return 0, true
-		case !d.DeadLetter():
-			return d.Delay, true
+	// No delivery of a record without a key will ever have one. A key a
+	// claim holds is polled for again at least every Policy().Cap.
+	if !errors.Is(o.Err, ErrNoKey) {
+		attempt := func() int { return c.fail(p, o.Record.Offset) }
+		if delay, again := delivery.Again(ctx, o.Err, now, c.retry, attempt, c.retry.Policy().Cap); again {
+			return delay, true
 		}
 	}
 	if c.opts.DeadLetter == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -12,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/delivery"
 	"github.com/oncekv/oncekv/retry"
 )
 
@@ -34,10 +34,7 @@ type Consumer struct {
 	retry  *retry.Retrier
 	stats  counters
 
-	mu struct {
-		sync.Mutex
-		running bool
-	}
+	run delivery.Running // one Run at a time
 	// failed is, per partition whose record failed transiently, that
 	// record's offset and how many times it failed in a row; one entry per
 	// partition at most, removed once the partition moves past it. Only
@@ -86,10 +83,10 @@ func NewConsumer(db *oncekv.DB, cl *kgo.Client, effect Effect, opts Options) (*C
 // I/O error: oncekv.Classify's Reopen) or the client was closed. Errors:
 // ErrRunning.
 func (c *Consumer) Run(ctx context.Context) error {
-	if err := c.begin(); err != nil {
+	if err := c.run.Begin(ErrRunning); err != nil {
 		return err
 	}
-	defer c.end()
+	defer c.run.End()
 	for {
 		recs, err := c.poll(ctx)
 		if err != nil || ctx.Err() != nil {
@@ -102,26 +99,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if delay > 0 && !sleep(ctx, delay) {
+		if delay > 0 && !delivery.Sleep(ctx, delay) {
 			return nil
 		}
 	}
-}
-
-func (c *Consumer) begin() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.running {
-		return ErrRunning
-	}
-	c.mu.running = true
-	return nil
-}
-
-func (c *Consumer) end() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.mu.running = false
 }
 
 // poll returns the next records, logging fetch errors (the client retries
@@ -250,16 +231,4 @@ func (c *Consumer) fail(p partition, offset int64) int {
 	f.attempts++
 	c.failed[p] = f
 	return f.attempts
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

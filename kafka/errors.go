@@ -3,6 +3,8 @@ package kafka
 import (
 	"errors"
 	"fmt"
+
+	"github.com/oncekv/oncekv/internal/delivery"
 )
 
 // Errors about bad input. Nothing is consumed, produced or committed when
@@ -58,17 +60,8 @@ type RecordError struct {
 
 // Error implements error.
 func (e *RecordError) Error() string {
-	return fmt.Sprintf("oncekv: kafka: record %s/%d@%d (key %q): %v", e.Topic, e.Partition, e.Offset, clip(e.Key), e.Err)
+	return fmt.Sprintf("oncekv: kafka: record %s/%d@%d (key %q): %v", e.Topic, e.Partition, e.Offset, delivery.Clip(e.Key), e.Err)
 }
 
 // Unwrap returns the cause.
 func (e *RecordError) Unwrap() error { return e.Err }
-
-// clip bounds how much of a user's key an error message repeats.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

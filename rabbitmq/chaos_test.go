@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/oncetest"
 	"github.com/oncekv/oncekv/queue"
 	"github.com/oncekv/oncekv/rabbitmq"
 	"github.com/oncekv/oncekv/relay"
@@ -90,7 +91,7 @@ func TestChaosKilledConsumerAndBrokerRestart(t *testing.T) {
 		require.NoError(t, <-relayDone)
 	}()
 
-	log := newLines()
+	log := oncetest.NewLog()
 	child := mustStart(t, cfg, log)
 	stopKills, killed := make(chan struct{}), make(chan int, 1)
 	go func() {
@@ -102,7 +103,7 @@ func TestChaosKilledConsumerAndBrokerRestart(t *testing.T) {
 				return
 			case <-time.After(time.Duration(rng.Int64N(int64(400 * time.Millisecond)))):
 			}
-			child.kill()
+			child.Kill()
 			kills++
 			var err error
 			if child, err = startChild(t, cfg, log); err != nil {
@@ -143,7 +144,7 @@ func TestChaosKilledConsumerAndBrokerRestart(t *testing.T) {
 		s, err := outbox.Stats()
 		return err == nil && s.Depth == 0
 	}, 90*time.Second, 50*time.Millisecond, "the outbox did not drain")
-	require.Eventually(t, func() bool { return log.distinct("applied", "dup") == n }, 90*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return log.Keys("applied", "dup") == n }, 90*time.Second, 20*time.Millisecond,
 		"the consumers did not see every key")
 	close(stopKills)
 	kills := <-killed
@@ -152,7 +153,7 @@ func TestChaosKilledConsumerAndBrokerRestart(t *testing.T) {
 		q, err := channel(t, url).QueueDeclarePassive(cfg.Queue, true, false, false, false, amqp.Table{"x-dead-letter-exchange": cfg.DLX})
 		return err == nil && q.Messages == 0
 	}, 60*time.Second, 100*time.Millisecond, "messages left in the queue")
-	child.kill()
+	child.Kill()
 
 	db, err := oncekv.Open(cfg.DB, nil)
 	require.NoError(t, err)
@@ -168,9 +169,9 @@ func TestChaosKilledConsumerAndBrokerRestart(t *testing.T) {
 	dead, err := channel(t, url).QueueDeclarePassive(dlq, true, false, false, false, nil)
 	require.NoError(t, err)
 	t.Logf("messages %d, published twice %d, consumer kills %d, broker restarts 1 (%.1fs), applied lines %d, duplicates suppressed %d, requeues %d, dead letters %d, lost %d, doubled %d",
-		n, twice, kills, restartTook.Seconds(), log.n("applied"), log.n("dup"), log.n("requeue"), dead.Messages, lost, doubled)
+		n, twice, kills, restartTook.Seconds(), log.Count("applied"), log.Count("dup"), log.Count("requeue"), dead.Messages, lost, doubled)
 	require.Zero(t, lost, "keys never applied")
 	require.Zero(t, doubled, "keys applied more than once")
 	require.Zero(t, dead.Messages, "dead letters")
-	require.Positive(t, log.n("dup"), "the duplicates reached the store and were suppressed")
+	require.Positive(t, log.Count("dup"), "the duplicates reached the store and were suppressed")
 }

@@ -3,14 +3,8 @@ package rabbitmq_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/oncetest"
 	"github.com/oncekv/oncekv/rabbitmq"
 	"github.com/oncekv/oncekv/retry"
 )
@@ -32,29 +27,12 @@ type childConfig struct {
 }
 
 func TestMain(m *testing.M) {
-	v := os.Getenv(childEnv)
-	if v == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(child(v))
+	oncetest.ChildMain(m, childEnv, func(c *childConfig) string { return c.DB }, consume)
 }
 
-// child runs the consumer until SIGTERM or a SIGKILL, printing "applied
-// KEY", "dup KEY" or the verdict's name and the key for each outcome. It
-// returns the exit code: 0 after SIGTERM, 1 when Run failed, 2 when it
-// could not start.
-func child(v string) int {
-	var c childConfig
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		fmt.Fprintln(os.Stderr, "child config:", err)
-		return 2
-	}
-	db, err := oncekv.Open(c.DB, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "open:", err)
-		return 2
-	}
-	defer db.Close()
+// consume runs the consumer until SIGTERM or a SIGKILL, printing "applied
+// KEY", "dup KEY" or the verdict's name and the key for each outcome.
+func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
 	out := bufio.NewWriter(os.Stdout)
 	cons, err := rabbitmq.NewConsumer(db, &rabbitmq.ConsumerOptions{
 		URL: c.URL, Queue: c.Queue, DeadLetterExchange: c.DLX, Prefetch: 50,
@@ -74,104 +52,19 @@ func child(v string) int {
 		},
 	}, func(tx *oncekv.Tx, d *amqp.Delivery) error { return count(tx, d.MessageId) })
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "consumer:", err)
-		return 2
+		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	if err := cons.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "run:", err)
-		return 1
-	}
-	return 0
-}
-
-// lines counts the lines the children print, by verb, and the distinct
-// keys of each verb; safe for concurrent use.
-type lines struct {
-	mu    sync.Mutex
-	count map[string]int
-	keys  map[string]map[string]bool // bounded by the test's keys
-}
-
-func newLines() *lines {
-	return &lines{count: make(map[string]int), keys: make(map[string]map[string]bool)}
-}
-
-func (l *lines) add(s string) {
-	verb, key, _ := strings.Cut(s, " ")
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.count[verb]++
-	if l.keys[verb] == nil {
-		l.keys[verb] = make(map[string]bool)
-	}
-	l.keys[verb][key] = true
-}
-
-func (l *lines) n(verb string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.count[verb]
-}
-
-// distinct returns how many keys were printed with any of verbs.
-func (l *lines) distinct(verbs ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	seen := make(map[string]bool)
-	for _, v := range verbs {
-		for k := range l.keys[v] {
-			seen[k] = true
-		}
-	}
-	return len(seen)
-}
-
-// proc is a consumer child process.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when its output has ended
+	return cons.Run(ctx)
 }
 
 // startChild runs the test binary again as a consumer of c, its lines
 // going to l; the test's cleanup kills it if it still runs.
-func startChild(t *testing.T, c childConfig, l *lines) (*proc, error) {
-	v, err := json.Marshal(c)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(v))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	t.Cleanup(p.kill)
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			l.add(sc.Text())
-		}
-	}()
-	return p, nil
-}
-
-// kill SIGKILLs the child and waits for it and its output to end.
-func (p *proc) kill() {
-	_ = p.cmd.Process.Kill() // it may have exited already
-	<-p.done
-	_ = p.cmd.Wait()
+func startChild(t *testing.T, c childConfig, l *oncetest.Log) (*oncetest.LoggedChild, error) {
+	return oncetest.StartLogged(t, childEnv, c, l, false)
 }
 
 // mustStart is startChild for the test's goroutine.
-func mustStart(t *testing.T, c childConfig, l *lines) *proc {
+func mustStart(t *testing.T, c childConfig, l *oncetest.Log) *oncetest.LoggedChild {
 	p, err := startChild(t, c, l)
 	require.NoError(t, err)
 	return p

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"log/slog"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/delivery"
 	"github.com/oncekv/oncekv/retry"
 )
 
@@ -32,10 +33,7 @@ type Consumer struct {
 	// count of a failing key; it is used by Run's goroutine only.
 	attempts *attempts
 	c        counters
-	mu       struct {
-		sync.Mutex
-		running bool
-	}
+	run      delivery.Running // one Run at a time
 }
 
 // NewConsumer returns a consumer of opts.Queue that applies each delivery
@@ -77,10 +75,10 @@ func NewConsumer(db *oncekv.DB, opts *ConsumerOptions, effect Effect) (*Consumer
 // batch in hand is then left unacknowledged, for RabbitMQ to redeliver.
 // Errors: ErrRunning while another Run of c runs.
 func (c *Consumer) Run(ctx context.Context) error {
-	if err := c.begin(); err != nil {
+	if err := c.run.Begin(ErrRunning); err != nil {
 		return err
 	}
-	defer c.end()
+	defer c.run.End()
 	failures := 0
 	for ctx.Err() == nil {
 		served, err := c.session(ctx)
@@ -98,30 +96,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wait := c.retry.Backoff(failures)
 		c.opts.Logger.Warn("oncekv: rabbitmq: connection lost, reconnecting",
 			"queue", c.opts.Queue, "err", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		delivery.Sleep(ctx, wait)
 	}
 	return nil
-}
-
-func (c *Consumer) begin() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.running {
-		return ErrRunning
-	}
-	c.mu.running = true
-	return nil
-}
-
-func (c *Consumer) end() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.mu.running = false
 }
 
 // errStore marks an error of the store that ends Run.
@@ -300,8 +277,6 @@ func (c *Consumer) fill(ctx context.Context, batch []amqp.Delivery, deliveries <
 func (c *Consumer) handle(ctx context.Context, batch []amqp.Delivery, h *held, attempts *attempts) error {
 	c.c.batches.Add(1)
 	keys := make([]string, len(batch))
-	reqs := make([]oncekv.Request, 0, len(batch))
-	index := make([]int, 0, len(batch)) // reqs[j] is batch[index[j]]
 	for i := range batch {
 		d := &batch[i]
 		c.c.deliveries.Add(1)
@@ -314,15 +289,10 @@ func (c *Consumer) handle(ctx context.Context, batch []amqp.Delivery, h *held, a
 			continue
 		}
 		keys[i] = k
-		reqs = append(reqs, oncekv.Request{Handler: c.opts.Handler, Key: k, Payload: d.Body})
-		index = append(index, i)
 	}
-	if len(reqs) == 0 {
-		return nil
-	}
-	results, err := c.db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, j int) ([]byte, error) {
-		return nil, c.effect(tx, &batch[index[j]])
-	})
+	results, err := delivery.Apply(ctx, c.db, c.opts.Handler, keys,
+		func(i int) []byte { return batch[i].Body },
+		func(tx *oncekv.Tx, i int) ([]byte, error) { return nil, c.effect(tx, &batch[i]) })
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // unacknowledged: the broker requeues the batch when Run closes the channel
@@ -331,12 +301,15 @@ func (c *Consumer) handle(ctx context.Context, batch []amqp.Delivery, h *held, a
 			return &errStore{fmt.Errorf("oncekv: rabbitmq: apply batch: %w", err)}
 		}
 	}
-	for j, i := range index {
+	for i := range batch {
+		if keys[i] == "" {
+			continue // settled above
+		}
 		// A batch that failed as a whole still answers each request (its
 		// own error, or the batch's); no request with an error was applied.
 		res, e := oncekv.Result{}, err
 		if results != nil {
-			res, e = results[j].Result, results[j].Err
+			res, e = results[i].Result, results[i].Err
 		}
 		if oncekv.Classify(e).Action == oncekv.Reopen {
 			return &errStore{fmt.Errorf("oncekv: rabbitmq: apply: %w", e)}
@@ -353,9 +326,8 @@ func (c *Consumer) settle(d *amqp.Delivery, key string, res oncekv.Result, err e
 	switch {
 	case v.Action == Ack && res.Duplicate:
 		c.c.duplicates.Add(1)
-		c.opts.Logger.Info("duplicate suppressed", "handler", c.opts.Handler, "key", key,
-			"queue", c.opts.Queue, "delivery_tag", d.DeliveryTag, "redelivered", d.Redelivered,
-			"age_ms", c.db.Now().Sub(res.FirstSeen).Milliseconds())
+		delivery.LogDuplicate(context.Background(), c.opts.Logger, c.opts.Handler, key, c.db.Now().Sub(res.FirstSeen),
+			slog.String("queue", c.opts.Queue), slog.Uint64("delivery_tag", d.DeliveryTag), slog.Bool("redelivered", d.Redelivered))
 	case v.Action == Ack:
 		c.c.applied.Add(1)
 	case v.Action == DeadLetter:

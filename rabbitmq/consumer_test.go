@@ -76,7 +76,7 @@ var errFlaky = errors.New("upstream timeout")
 // is applied.
 func TestConsumerSettlesEachDelivery(t *testing.T) {
 	url := brokerURL(t)
-	db, _ := openDB(t)
+	db := openDB(t)
 	q, dlx := unique("settle"), unique("settle.dlx")
 	dlq := q + rabbitmq.DefaultDeadLetterSuffix
 	deleteAfter(t, url, []string{q, dlq}, []string{dlx})
@@ -172,7 +172,7 @@ func TestConsumerSettlesEachDelivery(t *testing.T) {
 // loop.
 func TestRunReturnsBrokerRefusals(t *testing.T) {
 	url := brokerURL(t)
-	db, _ := openDB(t)
+	db := openDB(t)
 	q, dlx := unique("refused"), unique("refused.dlx")
 	deleteAfter(t, url, []string{q, q + rabbitmq.DefaultDeadLetterSuffix}, []string{dlx})
 	_, err := channel(t, url).QueueDeclare(q, true, false, false, false, nil)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/internal/applycount"
+	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
 // brokerURL returns the broker CI started, or skips t.
@@ -33,15 +33,9 @@ func unique(prefix string) string {
 	return fmt.Sprintf("oncekv.test.%s.%d.%d", prefix, time.Now().UnixNano(), names.Add(1))
 }
 
-// openDB opens a store in t's temporary directory, closed at cleanup.
-func openDB(t testing.TB) (*oncekv.DB, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "store.db")
-	db, err := oncekv.Open(path, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	return db, path
-}
+// openDB opens a store in t's temporary directory, closed and checked at
+// cleanup.
+func openDB(t testing.TB) *oncekv.DB { return oncetest.Open(t, nil) }
 
 // channel opens a plain channel for the test's own declarations and
 // inspections, closed at cleanup with its connection.
@@ -82,12 +76,7 @@ func deleteAfter(t testing.TB, url string, queues []string, exchanges []string) 
 func count(tx *oncekv.Tx, key string) error { return applycount.Add(tx, key) }
 
 // applied reads every key's count.
-func applied(t testing.TB, db *oncekv.DB) map[string]uint64 {
-	t.Helper()
-	got, err := applycount.Read(db)
-	require.NoError(t, err)
-	return got
-}
+func applied(t testing.TB, db *oncekv.DB) map[string]uint64 { return oncetest.Applied(t, db) }
 
 // publish publishes body with message id id to the default exchange's
 // queue q, waiting for the broker's confirm.

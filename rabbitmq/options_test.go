@@ -19,7 +19,7 @@ func nop(*oncekv.Tx, *amqp.Delivery) error { return nil }
 // TestNewConsumerRejectsBadOptions needs no broker: every bad field is
 // named in one ErrInvalidOptions, before anything connects.
 func TestNewConsumerRejectsBadOptions(t *testing.T) {
-	db, _ := openDB(t)
+	db := openDB(t)
 	_, err := rabbitmq.NewConsumer(db, nil, nop)
 	require.ErrorIs(t, err, rabbitmq.ErrInvalidOptions)
 	for _, want := range []string{"URL is required", "Queue is required", "DeadLetterExchange is required"} {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/delivery"
 	"github.com/oncekv/oncekv/retry"
 )
 
@@ -76,24 +77,18 @@ func Judge(err error, attempt int, now time.Time, r *retry.Retrier) Verdict {
 	switch adv.Action {
 	case oncekv.Ack:
 		return Verdict{Action: Ack}
-	case oncekv.GiveUp:
-		return Verdict{Action: DeadLetter}
 	case oncekv.Reopen:
 		return Verdict{Action: Requeue}
-	case oncekv.RetryLater:
-		if !adv.NotBefore.IsZero() {
-			return Verdict{Action: Requeue, Delay: hold(adv.NotBefore.Sub(now))}
-		}
 	}
 	// No ctx of the caller's: a batch cut short by ctx never gets here.
-	d := r.Decide(context.Background(), attempt, err, now)
-	if d.DeadLetter() {
+	delay, again := delivery.Again(context.Background(), err, now, r, func() int { return attempt }, 0)
+	switch {
+	case !again:
 		return Verdict{Action: DeadLetter}
-	}
-	if adv.Action == oncekv.RetryNow {
+	case adv.Action == oncekv.RetryNow:
 		return Verdict{Action: Requeue}
 	}
-	return Verdict{Action: Requeue, Delay: hold(d.Delay)}
+	return Verdict{Action: Requeue, Delay: hold(delay)}
 }
 
 // hold clamps a delay into [0, MaxHold].

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -14,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/delivery"
 	"github.com/oncekv/oncekv/retry"
 )
 
@@ -34,10 +34,7 @@ type Consumer struct {
 	opts   Options
 	retry  *retry.Retrier
 	stats  counters
-	mu     struct {
-		sync.Mutex
-		running bool
-	}
+	run    delivery.Running // one Run at a time
 }
 
 // NewConsumer returns a Consumer applying the messages of opts.QueueURL,
@@ -65,10 +62,10 @@ func NewConsumer(db *oncekv.DB, api API, effect Effect, opts Options) (*Consumer
 // Reopen). Every goroutine it starts has stopped when it returns. Errors:
 // ErrRunning.
 func (c *Consumer) Run(ctx context.Context) error {
-	if err := c.begin(); err != nil {
+	if err := c.run.Begin(ErrRunning); err != nil {
 		return err
 	}
-	defer c.end()
+	defer c.run.End()
 	failures := 0 // receives or batches in a row that failed
 	for ctx.Err() == nil {
 		out, err := c.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
@@ -97,27 +94,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		failures++
 		c.opts.Logger.Warn("oncekv: sqs: receive or batch failed; its messages come back after their visibility", "handler", c.opts.Handler, "failures", failures, "err", err)
-		if !sleep(ctx, c.retry.Backoff(failures)) {
+		if !delivery.Sleep(ctx, c.retry.Backoff(failures)) {
 			return nil
 		}
 	}
 	return nil
-}
-
-func (c *Consumer) begin() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.running {
-		return ErrRunning
-	}
-	c.mu.running = true
-	return nil
-}
-
-func (c *Consumer) end() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.mu.running = false
 }
 
 // handle applies one receive with one ApplyBatch while a heartbeat keeps
@@ -131,31 +112,26 @@ func (c *Consumer) handle(ctx context.Context, msgs []types.Message) error {
 	defer hb.end()
 
 	outs := make([]Outcome, len(msgs))
-	reqs := make([]oncekv.Request, 0, len(msgs))
-	idx := make([]int, 0, len(msgs)) // reqs[i] is outs[idx[i]]
+	keys := make([]string, len(msgs))
 	for i := range msgs {
-		m := &msgs[i]
-		outs[i] = Outcome{Message: m, Key: c.opts.Key(m)}
-		if outs[i].Key == "" {
-			outs[i].Err = messageError(&outs[i], ErrNoKey)
-			continue
+		o := &outs[i]
+		*o = Outcome{Message: &msgs[i], Key: c.opts.Key(&msgs[i])}
+		if o.Key == "" {
+			o.Err = messageError(o, ErrNoKey)
 		}
-		reqs = append(reqs, oncekv.Request{Handler: c.opts.Handler, Key: outs[i].Key, Payload: []byte(aws.ToString(m.Body))})
-		idx = append(idx, i)
+		keys[i] = o.Key
 	}
-	if len(reqs) > 0 {
-		results, err := c.db.ApplyBatch(ctx, reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
-			return c.effect(tx, outs[idx[i]].Message)
-		})
-		if err != nil {
-			return err
-		}
-		for i, res := range results {
-			o := &outs[idx[i]]
-			o.Result = res.Result
-			if res.Err != nil {
-				o.Err = messageError(o, res.Err)
-			}
+	results, err := delivery.Apply(ctx, c.db, c.opts.Handler, keys,
+		func(i int) []byte { return []byte(aws.ToString(msgs[i].Body)) },
+		func(tx *oncekv.Tx, i int) ([]byte, error) { return c.effect(tx, outs[i].Message) })
+	if err != nil {
+		return err
+	}
+	for i, res := range results {
+		o := &outs[i]
+		o.Result = res.Result
+		if res.Err != nil {
+			o.Err = messageError(o, res.Err)
 		}
 	}
 	// The store has spoken: from here on a crash costs duplicates only.
@@ -194,9 +170,7 @@ func (c *Consumer) judge(ctx context.Context, outs []Outcome) {
 		case o.Err == nil && o.Result.Duplicate:
 			o.Verdict = Duplicate
 			c.stats.duplicates.Add(1)
-			c.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "duplicate suppressed",
-				slog.String("handler", c.opts.Handler), slog.String("key", o.Key),
-				slog.Int64("age_ms", now.Sub(o.Result.FirstSeen).Milliseconds()),
+			delivery.LogDuplicate(ctx, c.opts.Logger, c.opts.Handler, o.Key, now.Sub(o.Result.FirstSeen),
 				slog.String("message_id", aws.ToString(o.Message.MessageId)), slog.Int("receive_count", receiveCount(o.Message)))
 		case o.Err == nil:
 			o.Verdict = Applied
@@ -219,15 +193,10 @@ func (c *Consumer) judge(ctx context.Context, outs []Outcome) {
 // again decides about a message that failed: retried after the returned
 // delay (true), or given up on (false).
 func (c *Consumer) again(ctx context.Context, o *Outcome, now time.Time) (time.Duration, bool) {
-	adv := oncekv.Classify(o.Err)
-	switch {
-	case errors.Is(o.Err, ErrNoKey) || adv.Action == oncekv.GiveUp:
+	if errors.Is(o.Err, ErrNoKey) {
 		return 0, false
-	case adv.Action == oncekv.RetryLater && !adv.NotBefore.IsZero():
-		return max(adv.NotBefore.Sub(now), 0), true // a claim holds the key until then
 	}
-	d := c.retry.Decide(ctx, receiveCount(o.Message), o.Err, now)
-	return d.Delay, !d.DeadLetter()
+	return delivery.Again(ctx, o.Err, now, c.retry, func() int { return receiveCount(o.Message) }, 0)
 }
 
 // receiveCount returns the message's ApproximateReceiveCount, 1 when SQS
@@ -238,16 +207,4 @@ func receiveCount(m *types.Message) int {
 		return 1
 	}
 	return n
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -3,6 +3,8 @@ package sqs
 import (
 	"errors"
 	"fmt"
+
+	"github.com/oncekv/oncekv/internal/delivery"
 )
 
 // Errors about bad input. Nothing is received, sent or deleted when
@@ -47,17 +49,8 @@ type MessageError struct {
 
 // Error implements error.
 func (e *MessageError) Error() string {
-	return fmt.Sprintf("oncekv: sqs: message %s (key %q): %v", e.MessageID, clip(e.Key), e.Err)
+	return fmt.Sprintf("oncekv: sqs: message %s (key %q): %v", e.MessageID, delivery.Clip(e.Key), e.Err)
 }
 
 // Unwrap returns the cause.
 func (e *MessageError) Unwrap() error { return e.Err }
-
-// clip bounds how much of a user's key an error message repeats.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

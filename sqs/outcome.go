@@ -1,25 +1,26 @@
 package sqs
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/oncekv/oncekv"
+	"github.com/oncekv/oncekv/internal/delivery"
 )
 
-// Verdict says what became of one received message.
-type Verdict uint8
+// Verdict says what became of one received message; its String method
+// returns the verdict's name ("applied", "duplicate", "gave up", "retry").
+type Verdict = delivery.Verdict
 
 // The verdicts.
 const (
 	// Applied: the effect ran and committed with the message's mark; the
 	// message is deleted.
-	Applied Verdict = iota
+	Applied = delivery.Applied
 	// Duplicate: the key was applied before; the effect did not run, and
 	// the message is deleted.
-	Duplicate
+	Duplicate = delivery.Duplicate
 	// GaveUp: the message can never succeed (no key, key too large, key
 	// reused with another payload, an effect's error marked
 	// oncekv.Permanent, or the retry policy's attempts spent). It is not
@@ -27,26 +28,11 @@ const (
 	// moves it to the dead-letter queue after maxReceiveCount receives.
 	// Each of those receives is answered from the store (a permanent
 	// failure is recorded), without running the effect again.
-	GaveUp
+	GaveUp = delivery.GaveUp
 	// Retry: the message failed in a way a retry can fix; its visibility
 	// is set to the retry policy's backoff, so it comes back after it.
-	Retry
+	Retry = delivery.Retry
 )
-
-// String returns the verdict's name.
-func (v Verdict) String() string {
-	switch v {
-	case Applied:
-		return "applied"
-	case Duplicate:
-		return "duplicate"
-	case GaveUp:
-		return "gave up"
-	case Retry:
-		return "retry"
-	}
-	return fmt.Sprintf("Verdict(%d)", uint8(v))
-}
 
 // Outcome is what became of one received message.
 type Outcome struct {

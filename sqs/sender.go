@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/oncekv/oncekv/internal/delivery"
 	"github.com/oncekv/oncekv/queue"
 	"github.com/oncekv/oncekv/relay"
 	"github.com/oncekv/oncekv/retry"
@@ -80,7 +81,7 @@ func NewSender(api SendAPI, opts SenderOptions) (relay.Sender, error) {
 		errs = append(errs, fmt.Errorf("option KeyAttribute and FenceAttribute are both %q", o.KeyAttribute))
 	}
 	if o.GroupID != "" && !validID(o.GroupID) {
-		errs = append(errs, fmt.Errorf("option GroupID %q: 1 to 128 of letters, digits and punctuation", clip(o.GroupID)))
+		errs = append(errs, fmt.Errorf("option GroupID %q: 1 to 128 of letters, digits and punctuation", delivery.Clip(o.GroupID)))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
@@ -88,14 +89,14 @@ func NewSender(api SendAPI, opts SenderOptions) (relay.Sender, error) {
 	fifo := strings.HasSuffix(o.QueueURL, ".fifo")
 	return func(ctx context.Context, m *queue.Message) error {
 		if m == nil || !validText(m.Key) {
-			return retry.Permanent(fmt.Errorf("%w: %q", ErrInvalidKey, clip(keyOf(m))))
+			return retry.Permanent(fmt.Errorf("%w: %q", ErrInvalidKey, delivery.Clip(keyOf(m))))
 		}
 		body := string(m.Body)
 		if o.EncodeBody != nil {
 			body = o.EncodeBody(m.Body)
 		}
 		if !validText(body) {
-			return retry.Permanent(fmt.Errorf("%w: message %q", ErrInvalidBody, clip(m.Key)))
+			return retry.Permanent(fmt.Errorf("%w: message %q", ErrInvalidBody, delivery.Clip(m.Key)))
 		}
 		in := &sqs.SendMessageInput{
 			QueueUrl:    aws.String(o.QueueURL),

@@ -1,7 +1,6 @@
 package watermill_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -9,28 +8,19 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/internal/applycount"
+	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
-// openDB opens a store in t's temporary directory, closed at cleanup.
-func openDB(t testing.TB) *oncekv.DB {
-	t.Helper()
-	db, err := oncekv.Open(filepath.Join(t.TempDir(), "store.db"), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	return db
-}
+// openDB opens a store in t's temporary directory, closed and checked at
+// cleanup.
+func openDB(t testing.TB) *oncekv.DB { return oncetest.Open(t, nil) }
 
 // count is the test effect: it adds one to key's count, committed with
 // its mark, so a count above 1 is a double application.
 func count(tx *oncekv.Tx, key string) error { return applycount.Add(tx, key) }
 
 // applied reads every key's count.
-func applied(t testing.TB, db *oncekv.DB) map[string]uint64 {
-	t.Helper()
-	got, err := applycount.Read(db)
-	require.NoError(t, err)
-	return got
-}
+func applied(t testing.TB, db *oncekv.DB) map[string]uint64 { return oncetest.Applied(t, db) }
 
 // deleteQueues deletes the test's queues from the broker at url.
 func deleteQueues(url string, queues ...string) {

@@ -13,8 +13,7 @@ import (
 // exactly once in db (none lost, none doubled) and no other key.
 func RequireAppliedOnce(t testing.TB, db *oncekv.DB, want []string) {
 	t.Helper()
-	got, err := applycount.Read(db)
-	require.NoError(t, err)
+	got := Applied(t, db)
 	lost, doubled := 0, 0
 	for _, k := range want {
 		switch n := got[k]; {
@@ -27,4 +26,12 @@ func RequireAppliedOnce(t testing.TB, db *oncekv.DB, want []string) {
 	require.Zero(t, lost, "keys never applied")
 	require.Zero(t, doubled, "keys applied more than once")
 	require.Len(t, got, len(want), "keys applied that were never sent")
+}
+
+// Applied returns applycount's count of every key in db.
+func Applied(t testing.TB, db *oncekv.DB) map[string]uint64 {
+	t.Helper()
+	got, err := applycount.Read(db)
+	require.NoError(t, err)
+	return got
 }

@@ -5,18 +5,11 @@
 package brokertest
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"os/signal"
 	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +17,7 @@ import (
 
 	"github.com/oncekv/oncekv"
 	"github.com/oncekv/oncekv/examples/internal/reading"
+	"github.com/oncekv/oncekv/internal/oncetest"
 )
 
 // URL returns the broker address in the environment variable env, or
@@ -40,64 +34,19 @@ func URL(t *testing.T, env string) string {
 // Scale returns n, times the value of ONCEKV_BROKER_SOAK when it is a
 // positive integer: the default keeps each test well under a minute on two
 // cores, a soak runs longer with more messages and more kills.
-func Scale(n int) int {
-	if k, err := strconv.Atoi(os.Getenv("ONCEKV_BROKER_SOAK")); err == nil && k > 0 {
-		return n * k
-	}
-	return n
-}
+func Scale(n int) int { return oncetest.Soak("ONCEKV_BROKER_SOAK", n) }
 
 // Log gathers the lines the children print, "VERB KEY", counting them by
-// verb and remembering the keys seen with each. It is safe for concurrent
-// use.
-type Log struct {
-	mu    sync.Mutex
-	lines map[string]int
-	keys  map[string]map[string]bool // verb -> keys; bounded by the test's keys
-}
+// verb and remembering the keys seen with each (Line, Count, Keys). It is
+// safe for concurrent use.
+type Log = oncetest.Log
 
 // NewLog returns an empty Log.
-func NewLog() *Log {
-	return &Log{lines: make(map[string]int), keys: make(map[string]map[string]bool)}
-}
+func NewLog() *Log { return oncetest.NewLog() }
 
-// Line records one line.
-func (l *Log) Line(s string) {
-	verb, key, _ := strings.Cut(s, " ")
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines[verb]++
-	if l.keys[verb] == nil {
-		l.keys[verb] = make(map[string]bool)
-	}
-	l.keys[verb][key] = true
-}
-
-// Count returns how many lines of verb were printed.
-func (l *Log) Count(verb string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines[verb]
-}
-
-// Keys returns how many distinct keys were printed with any of verbs.
-func (l *Log) Keys(verbs ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	seen := make(map[string]bool)
-	for _, v := range verbs {
-		for k := range l.keys[v] {
-			seen[k] = true
-		}
-	}
-	return len(seen)
-}
-
-// Child is a consumer running in a child process.
-type Child struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when its standard output has ended
-}
+// Child is a consumer running in a child process; its Kill SIGKILLs it
+// and waits until it and its output have ended.
+type Child = oncetest.LoggedChild
 
 // Start runs the test binary again with no tests (-test.run=^$) and
 // env set to cfg's JSON; the test package's TestMain, which calls Main,
@@ -114,41 +63,7 @@ func Start(t *testing.T, env string, cfg any, log *Log) *Child {
 // start is Start for any goroutine: it returns its error instead of
 // failing the test, which only the test's goroutine may do.
 func start(t *testing.T, env string, cfg any, log *Log) (*Child, error) {
-	v, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env+"="+string(v))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	c := &Child{cmd: cmd, done: make(chan struct{})}
-	t.Cleanup(c.Kill) // a test that failed half-way leaves no consumer behind
-	verbose := os.Getenv("ONCEKV_BROKER_VERBOSE") != ""
-	go func() {
-		defer close(c.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if verbose {
-				fmt.Fprintln(os.Stderr, "child:", sc.Text())
-			}
-			log.Line(sc.Text())
-		}
-	}()
-	return c, nil
-}
-
-// Kill SIGKILLs the child and waits until it and its output have ended.
-func (c *Child) Kill() {
-	_ = c.cmd.Process.Kill() // it may have exited on its own already
-	<-c.done
-	_ = c.cmd.Wait() // "signal: killed", the expected end
+	return oncetest.StartLogged(t, env, cfg, log, os.Getenv("ONCEKV_BROKER_VERBOSE") != "")
 }
 
 // Run is one chaos run: a seeded random source (the seed is logged), an
@@ -246,32 +161,5 @@ func Say(verb, key string) {
 // exits: 0 when consume returned nil, 1 when it failed, 2 when it could
 // not start.
 func Main[C any](m *testing.M, env string, dbPath func(c *C) string, consume func(ctx context.Context, db *oncekv.DB, c *C) error) {
-	v := os.Getenv(env)
-	if v == "" {
-		os.Exit(m.Run())
-	}
-	os.Exit(child(v, dbPath, consume))
-}
-
-// child is Main's child side; it returns the exit code, so that its
-// defers run first.
-func child[C any](v string, dbPath func(c *C) string, consume func(ctx context.Context, db *oncekv.DB, c *C) error) int {
-	var c C
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		fmt.Fprintln(os.Stderr, "child config:", err)
-		return 2
-	}
-	db, err := oncekv.Open(dbPath(&c), nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "open:", err)
-		return 2
-	}
-	defer db.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	if err := consume(ctx, db, &c); err != nil {
-		fmt.Fprintln(os.Stderr, "consume:", err)
-		return 1
-	}
-	return 0
+	oncetest.ChildMain(m, env, dbPath, consume)
 }
