@@ -135,6 +135,14 @@ func results(c *oncekv.Counters) []result {
 	}
 }
 
+// observeResults reports each of rs on inst, with attrs and key set to
+// its name.
+func observeResults(o metric.Observer, inst metric.Float64Observable, rs []result, key attribute.Key, attrs []attribute.KeyValue) {
+	for _, r := range rs {
+		o.ObserveFloat64(inst, float64(r.n), metric.WithAttributeSet(attribute.NewSet(append(attrs, key.String(r.name))...)))
+	}
+}
+
 // probeOutcomes are the values of oncekv.probe_outcomes, by outcome, with
 // the Prometheus module's outcome names.
 func probeOutcomes(c *oncekv.Counters) []result {
@@ -256,14 +264,8 @@ func (t *Telemetry) ObserveDB(db *oncekv.DB, attrs ...attribute.KeyValue) (metri
 		for label, c := range h.byLabel(&st) {
 			with := metric.WithAttributeSet(attribute.NewSet(append(attrs, metricHandler.String(label))...))
 			observeAll(o, t.inst.handler, &c, with)
-			for _, r := range results(&c) {
-				o.ObserveFloat64(t.inst.results, float64(r.n),
-					metric.WithAttributeSet(attribute.NewSet(append(attrs, metricHandler.String(label), metricResult.String(r.name))...)))
-			}
-			for _, r := range probeOutcomes(&c) {
-				o.ObserveFloat64(t.inst.probes, float64(r.n),
-					metric.WithAttributeSet(attribute.NewSet(append(attrs, metricHandler.String(label), metricOutcome.String(r.name))...)))
-			}
+			observeResults(o, t.inst.results, results(&c), metricResult, append(attrs, metricHandler.String(label)))
+			observeResults(o, t.inst.probes, probeOutcomes(&c), metricOutcome, append(attrs, metricHandler.String(label)))
 		}
 		observeAll(o, t.inst.store, &st, store)
 		return nil
