@@ -465,18 +465,25 @@ func TestApplierGoexitInEffectOrDone(t *testing.T) {
 		return <-ended
 	}
 	got := newOutcomes()
+	// Each pair waits behind a held lock, so its second request is taken
+	// before the first one's Goexit is recorded (a Submit after it would
+	// raise it).
+	release := holdWriteLock(t, db)
 	require.NoError(t, a.Submit(ctx, oncekv.Request{Handler: "h", Key: "effect"}, func(*oncekv.Tx) ([]byte, error) {
 		runtime.Goexit()
 		return nil, nil
 	}, got.done(0)))
 	require.NoError(t, a.Submit(ctx, oncekv.Request{Handler: "h", Key: "ok"}, deposit("alice", 1), got.done(1)))
+	release()
 	require.False(t, flushEnds(), "Flush ended its goroutine")
 	require.True(t, flushEnds(), "raised once")
 
+	release = holdWriteLock(t, db)
 	require.NoError(t, a.Submit(ctx, oncekv.Request{Handler: "h", Key: "done"}, deposit("alice", 1), func(oncekv.Result, error) {
 		runtime.Goexit()
 	}))
 	require.NoError(t, a.Submit(ctx, oncekv.Request{Handler: "h", Key: "after"}, deposit("alice", 1), got.done(2)))
+	release()
 	require.False(t, flushEnds(), "Flush ended its goroutine")
 	require.Equal(t, []int{1, 2}, got.ids(), "the request after a done's Goexit is done too")
 	require.Equal(t, uint64(3), balance(t, db, "alice"), "a Goexit in done comes after its commit")
@@ -493,8 +500,10 @@ func TestApplierPanicInDone(t *testing.T) {
 	a := newApplier(t, db, oncekv.ApplierOptions{})
 	ctx := context.Background()
 	got := newOutcomes()
+	release := holdWriteLock(t, db) // b is taken before a's done panics
 	require.NoError(t, a.Submit(ctx, oncekv.Request{Handler: "h", Key: "a"}, deposit("alice", 1), func(oncekv.Result, error) { panic("in done") }))
 	require.NoError(t, a.Submit(ctx, oncekv.Request{Handler: "h", Key: "b"}, deposit("alice", 1), got.done(1)))
+	release()
 	require.PanicsWithValue(t, "in done", func() { _ = a.Flush(ctx) })
 	require.Equal(t, []int{1}, got.ids())
 	require.Equal(t, uint64(2), balance(t, db, "alice"))
