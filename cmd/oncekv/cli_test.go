@@ -183,3 +183,21 @@ func damageMark(t *testing.T, path string) {
 	}))
 	require.NoError(t, db.Close())
 }
+
+// TestUsagePrintedOnce: -h prints a command's usage once, on stdout, and
+// exits 0; a flag it does not have prints the problem and the usage once,
+// on stderr, and exits 2.
+func TestUsagePrintedOnce(t *testing.T) {
+	for _, name := range []string{"redrive", "dead-delete", "stats", "dump"} {
+		help := cli(t, name, "-h")
+		require.Equal(t, 0, help.code, name)
+		require.Equal(t, 1, strings.Count(help.stdout, "usage: oncekv "+name+" "), "%s -h: %q", name, help.stdout)
+		require.Empty(t, help.stderr, name)
+
+		bad := cli(t, name, "-no-such-flag")
+		require.Equal(t, 2, bad.code, name)
+		require.Equal(t, 1, strings.Count(bad.stderr, "usage: oncekv "+name+" "), "%s -no-such-flag: %q", name, bad.stderr)
+		require.Contains(t, bad.stderr, "flag provided but not defined: -no-such-flag", name)
+		require.Empty(t, bad.stdout, name)
+	}
+}

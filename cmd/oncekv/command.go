@@ -67,18 +67,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("oncekv "+c.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	do := c.flags(fs)
-	fs.Usage = func() {
+	printUsage := func() {
 		fmt.Fprintf(fs.Output(), "usage: oncekv %s [flags] %s\n\n%s\n\nflags:\n", c.name, c.args, c.summary)
 		fs.PrintDefaults()
 	}
+	fs.Usage = func() {} // parse's errors print the usage once, below
 	pos, err := parse(fs, args[1:])
+	fs.Usage = printUsage
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
 		fs.Usage()
 		return exitOK
 	case err != nil:
-		return exitError // flag has printed the problem and the usage
+		fs.Usage() // flag has printed the problem
+		return exitError
 	case len(pos) != c.nargs && !(c.moreArgs && len(pos) > c.nargs):
 		want := fmt.Sprint(c.nargs)
 		if c.moreArgs {
