@@ -46,19 +46,15 @@ func TestOneMarkAcrossPartitions(t *testing.T) {
 	var wg sync.WaitGroup
 	var busy, dups atomic.Int64
 	errs := make(chan error, 8*keys*rounds)
-	stop := make(chan struct{})
-	ticked := make(chan struct{})
-	go func() {
-		defer close(ticked)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(15 * time.Millisecond):
-				now.Add(int64(time.Minute)) // the next window
-			}
+	// The shared clock moves to the next window every 96 of the 768
+	// applications: 8 windows in all, so a key's three rounds cross windows
+	// but never outlive Retention (10 windows), however slow the machine.
+	var done atomic.Int64
+	tick := func() {
+		if done.Add(1)%96 == 0 {
+			now.Add(int64(time.Minute))
 		}
-	}()
+	}
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
@@ -72,6 +68,7 @@ func TestOneMarkAcrossPartitions(t *testing.T) {
 						time.Sleep(time.Millisecond) // widen the race
 						return nil, err
 					})
+					tick()
 					switch {
 					case errors.Is(err, oncekv.ErrInProgress):
 						busy.Add(1)
@@ -85,8 +82,6 @@ func TestOneMarkAcrossPartitions(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stop)
-	<-ticked
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
@@ -98,6 +93,6 @@ func TestOneMarkAcrossPartitions(t *testing.T) {
 	t.Logf("keys applied %d, in %d windows; duplicates %d, refused as in progress %d", applied, windows, dups.Load(), busy.Load())
 	require.Zero(t, twice, "keys applied twice")
 	require.Equal(t, keys*rounds/3, applied)
-	require.Greater(t, windows, 5)
+	require.GreaterOrEqual(t, windows, 2, "the marks are in more than one partition")
 	requireOneMarkPerKey(t, pool, schema)
 }
