@@ -17,7 +17,7 @@ func TestCells(t *testing.T) {
 			for _, c := range r.cells() {
 				before := r.commits[s.name]()
 				r.run(t, c, n)
-				got := r.commits[s.name]() - before
+				got := r.commits[s.name]().sub(before).n
 				switch {
 				case c.kind == replay && got != 0:
 					t.Errorf("%s: %d replays wrote %d transactions, want 0", c.name, n, got)

@@ -33,7 +33,7 @@ const replayed = "replayed"
 type rig struct {
 	bare    *httptest.Server
 	wrapped map[string]*httptest.Server // by store name
-	commits map[string]func() uint64    // by store name
+	commits map[string]func() commits   // by store name
 	names   []string                    // the stores, in order
 	client  *http.Client
 	next    atomic.Int64 // key counter for first requests
@@ -45,17 +45,17 @@ func newRig(tb testing.TB, stores []store) *rig {
 	r := &rig{
 		bare:    httptest.NewServer(http.HandlerFunc(constant)),
 		wrapped: map[string]*httptest.Server{},
-		commits: map[string]func() uint64{},
+		commits: map[string]func() commits{},
 		// Enough idle connections for every client to keep its own.
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
 	}
 	tb.Cleanup(r.bare.Close)
 	tb.Cleanup(r.client.CloseIdleConnections)
 	for _, s := range stores {
-		wrap, commits := s.open(tb)
+		wrap, count := s.open(tb)
 		srv := httptest.NewServer(wrap(http.HandlerFunc(constant)))
 		tb.Cleanup(srv.Close)
-		r.wrapped[s.name], r.commits[s.name] = srv, commits
+		r.wrapped[s.name], r.commits[s.name] = srv, count
 		r.names = append(r.names, s.name)
 		if err := r.post(srv, replayed); err != nil {
 			tb.Fatalf("%s: answering %q: %v", s.name, replayed, err)
@@ -165,7 +165,9 @@ func (r *rig) run(tb testing.TB, c cell, n int) time.Duration {
 
 // BenchmarkRequest measures each cell on its own, in a rig of its own:
 // ns/op is per request (for first-8, wall time over all 8 clients'
-// requests). The pg cells skip without ONCEKV_BENCH_PG_DSN.
+// requests), with the store's commits per request and the wall time per
+// commit (for the embedded store also the time a commit held the write
+// lock, fsync included). The pg cells skip without ONCEKV_BENCH_PG_DSN.
 func BenchmarkRequest(b *testing.B) {
 	b.Run("bare", func(b *testing.B) {
 		r := newRig(b, nil)
@@ -180,11 +182,26 @@ func BenchmarkRequest(b *testing.B) {
 			for i, k := range kinds {
 				b.Run(k.name, func(b *testing.B) {
 					r := newRig(b, []store{s})
+					before := r.commits[s.name]()
 					b.ResetTimer()
-					r.run(b, r.cells()[1+i], b.N)
+					took := r.run(b, r.cells()[1+i], b.N)
+					b.StopTimer()
+					reportCommits(b, r.commits[s.name]().sub(before), took, b.N)
 				})
 			}
 		})
+	}
+}
+
+// reportCommits reports c, the commits of n requests that took wall.
+func reportCommits(b *testing.B, c commits, wall time.Duration, n int) {
+	b.ReportMetric(float64(c.n)/float64(n), "commits/op")
+	if c.n == 0 {
+		return
+	}
+	b.ReportMetric(float64(wall.Microseconds())/float64(c.n), "wall-µs/commit")
+	if c.took > 0 {
+		b.ReportMetric(float64(c.took.Microseconds())/float64(c.n), "µs/commit")
 	}
 }
 
@@ -208,7 +225,7 @@ func BenchmarkTargets(b *testing.B) {
 	r := newRig(b, available(b))
 	cells := r.cells()
 	per := map[string][]float64{} // cell -> ns per request, one per turn
-	commits := map[string]uint64{}
+	wrote := map[string]commits{} // cell -> its commits over the turns
 	requests := map[string]int{}
 	for b.Loop() {
 		for _, c := range cells {
@@ -216,13 +233,15 @@ func BenchmarkTargets(b *testing.B) {
 			if c.kind == first {
 				n = durablePerTurn
 			}
-			var before uint64
+			var before commits
 			if c.store != "" {
 				before = r.commits[c.store]()
 			}
 			per[c.name] = append(per[c.name], float64(r.run(b, c, n).Nanoseconds())/float64(n))
 			if c.store != "" {
-				commits[c.name] += r.commits[c.store]() - before
+				d := r.commits[c.store]().sub(before)
+				w := wrote[c.name]
+				wrote[c.name] = commits{w.n + d.n, w.took + d.took}
 				requests[c.name] += n
 			}
 		}
@@ -234,8 +253,11 @@ func BenchmarkTargets(b *testing.B) {
 	}
 	for _, c := range cells {
 		b.ReportMetric(med(c.name)/1e3, c.name+"-µs/req")
-		if c.store != "" {
-			b.ReportMetric(float64(commits[c.name])/float64(requests[c.name]), c.name+"-commits/req")
+		if w := wrote[c.name]; c.store != "" {
+			b.ReportMetric(float64(w.n)/float64(requests[c.name]), c.name+"-commits/req")
+			if w.n > 0 && w.took > 0 {
+				b.ReportMetric(float64(w.took.Microseconds())/float64(w.n), c.name+"-µs/commit")
+			}
 		}
 	}
 	for _, s := range r.names {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,13 +29,23 @@ const noPG = dsnVar + " is not set: the PostgreSQL cells (pg/...) are skipped; "
 
 // store is a store the middleware runs on in the rig: missing says why it
 // cannot run here ("" when it can); open returns the middleware's Wrap
-// over a fresh durable store, closed when tb ends, and commits, a counter
-// of the store's write transactions.
+// over a fresh durable store, closed when tb ends, and commits, the
+// store's write transactions so far.
 type store struct {
 	name    string
 	missing func() string
-	open    func(tb testing.TB) (wrap func(http.Handler) http.Handler, commits func() uint64)
+	open    func(tb testing.TB) (wrap func(http.Handler) http.Handler, commits func() commits)
 }
+
+// commits counts a store's write transactions: n of them, and for the
+// embedded store the time they took (write lock held, fsync included;
+// zero for PostgreSQL, whose commits the server times).
+type commits struct {
+	n    uint64
+	took time.Duration
+}
+
+func (c commits) sub(o commits) commits { return commits{c.n - o.n, c.took - o.took} }
 
 // scope is the middleware's scope: the caller named by X-User.
 func scope(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }
@@ -42,7 +53,7 @@ func scope(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil
 // embedded is oncekv's bbolt store in tb's temp dir, fsync on every
 // commit, through idemhttp; commits counts its commits
 // (Stats.CommitHistograms).
-var embedded = store{"embedded", func() string { return "" }, func(tb testing.TB) (func(http.Handler) http.Handler, func() uint64) {
+var embedded = store{"embedded", func() string { return "" }, func(tb testing.TB) (func(http.Handler) http.Handler, func() commits) {
 	db, err := oncekv.Open(filepath.Join(tb.TempDir(), "http.db"), &oncekv.Options{ExpireInterval: -1})
 	if err != nil {
 		tb.Fatal(err)
@@ -52,7 +63,10 @@ var embedded = store{"embedded", func() string { return "" }, func(tb testing.TB
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return mw.Wrap, func() uint64 { return db.Stats().CommitHistograms.Count }
+	return mw.Wrap, func() commits {
+		h := db.Stats().CommitHistograms
+		return commits{h.Count, h.DurationSum}
+	}
 }}
 
 // schemas numbers the rig's PostgreSQL schemas within the process.
@@ -67,7 +81,7 @@ var pg = store{"pg", func() string {
 		return noPG
 	}
 	return ""
-}, func(tb testing.TB) (func(http.Handler) http.Handler, func() uint64) {
+}, func(tb testing.TB) (func(http.Handler) http.Handler, func() commits) {
 	cfg, err := pgxpool.ParseConfig(os.Getenv(dsnVar))
 	if err != nil {
 		tb.Fatal(err)
@@ -92,13 +106,13 @@ var pg = store{"pg", func() string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return mw.Wrap, func() uint64 {
+	return mw.Wrap, func() commits {
 		var next uint64
 		err := pool.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").Scan(&next)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		return next
+		return commits{n: next}
 	}
 }}
 
