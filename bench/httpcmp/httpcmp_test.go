@@ -216,17 +216,18 @@ const (
 // turns, so that load from the rest of the machine falls on all of them
 // alike, and reports issue 14's and issue 22's targets per store as
 // ratios of medians over the turns: replay/bare (time per request, goal
-// <= 2) and first-8/first-1 (requests per second, goal >= 4), and each
-// first cell's write transactions per request (the commits counter of the
-// store over its runs). Each iteration is one turn; run it with
+// <= 2) and first-8/first-1 (requests per second, goal >= 4), and, as
+// medians over the turns too, each cell's write transactions per request
+// and, for the embedded store, the time a commit held the write lock,
+// fsync included. Each iteration is one turn; run it with
 // -benchtime=Nx. Without ONCEKV_BENCH_PG_DSN it logs why and measures the
 // embedded store only.
 func BenchmarkTargets(b *testing.B) {
 	r := newRig(b, available(b))
 	cells := r.cells()
-	per := map[string][]float64{} // cell -> ns per request, one per turn
-	wrote := map[string]commits{} // cell -> its commits over the turns
-	requests := map[string]int{}
+	// cell -> one value per turn: ns per request, commits per request,
+	// µs per commit (write lock held; embedded only)
+	per, perCommits, commitTook := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	for b.Loop() {
 		for _, c := range cells {
 			n := fastPerTurn
@@ -238,26 +239,24 @@ func BenchmarkTargets(b *testing.B) {
 				before = r.commits[c.store]()
 			}
 			per[c.name] = append(per[c.name], float64(r.run(b, c, n).Nanoseconds())/float64(n))
-			if c.store != "" {
-				d := r.commits[c.store]().sub(before)
-				w := wrote[c.name]
-				wrote[c.name] = commits{w.n + d.n, w.took + d.took}
-				requests[c.name] += n
+			if c.store == "" {
+				continue
+			}
+			d := r.commits[c.store]().sub(before)
+			perCommits[c.name] = append(perCommits[c.name], float64(d.n)/float64(n))
+			if d.n > 0 && d.took > 0 {
+				commitTook[c.name] = append(commitTook[c.name], float64(d.took.Microseconds())/float64(d.n))
 			}
 		}
 	}
-	med := func(name string) float64 {
-		v := slices.Clone(per[name])
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
+	med := func(name string) float64 { return median(per[name]) }
 	for _, c := range cells {
 		b.ReportMetric(med(c.name)/1e3, c.name+"-µs/req")
-		if w := wrote[c.name]; c.store != "" {
-			b.ReportMetric(float64(w.n)/float64(requests[c.name]), c.name+"-commits/req")
-			if w.n > 0 && w.took > 0 {
-				b.ReportMetric(float64(w.took.Microseconds())/float64(w.n), c.name+"-µs/commit")
-			}
+		if c.store != "" {
+			b.ReportMetric(median(perCommits[c.name]), c.name+"-commits/req")
+		}
+		if v := commitTook[c.name]; len(v) > 0 {
+			b.ReportMetric(median(v), c.name+"-µs/commit")
 		}
 	}
 	for _, s := range r.names {
@@ -268,6 +267,16 @@ func BenchmarkTargets(b *testing.B) {
 		b.Logf("%s: replay / bare, time per request: %.2f (goal <= 2: %s)", s, replay, verdict(replay <= 2))
 		b.Logf("%s: first requests, 8 clients / 1 client, requests per second: %.2f (goal >= 4: %s)", s, scale, verdict(scale >= 4))
 	}
+}
+
+// median is the median of v, 0 if v is empty.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
 }
 
 // available are the stores that can run here; it logs why the others

@@ -82,6 +82,26 @@ var pg = store{"pg", func() string {
 	}
 	return ""
 }, func(tb testing.TB) (func(http.Handler) http.Handler, func() commits) {
+	pool, s := openPG(tb)
+	ctx := context.Background()
+	mw, err := pgidem.New(s, &idemhttp.Options{Scope: scope})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return mw.Wrap, func() commits {
+		var next uint64
+		err := pool.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").Scan(&next)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return commits{n: next}
+	}
+}}
+
+// openPG opens a pool on $ONCEKV_BENCH_PG_DSN and oncekv's PostgreSQL
+// store in a fresh schema, both closed and the schema dropped when tb
+// ends.
+func openPG(tb testing.TB) (*pgxpool.Pool, *postgres.Store) {
 	cfg, err := pgxpool.ParseConfig(os.Getenv(dsnVar))
 	if err != nil {
 		tb.Fatal(err)
@@ -102,19 +122,8 @@ var pg = store{"pg", func() string {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
-	mw, err := pgidem.New(s, &idemhttp.Options{Scope: scope})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return mw.Wrap, func() commits {
-		var next uint64
-		err := pool.QueryRow(ctx, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").Scan(&next)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return commits{n: next}
-	}
-}}
+	return pool, s
+}
 
 // stores are the stores of every run, in the order their cells run.
 var stores = []store{embedded, pg}
