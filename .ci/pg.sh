@@ -5,8 +5,9 @@
 # ONCEKV_PG_DSN set (race detector on: the store, and pgidem, idemhttp's
 # suite on PostgreSQL), then the examples module's replica torture test
 # (examples/replicas) and the bench module's PostgreSQL peers (its protocol
-# test and the pg cells on a tiny workload), then stops the cluster,
-# whatever happened. The root's conformance run of the same suite is part of the
+# test and the pg cells on a tiny workload) and HTTP cells (bench/httpcmp's
+# TestCells: every cell of both stores, a few requests each), then stops
+# the cluster, whatever happened. The root's conformance run of the same suite is part of the
 # root's go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,3 +33,5 @@ go test -count=1 -v -run TestReplicasTortured ./replicas
 cd "$root/bench"
 echo "== the bench module's PostgreSQL peers (postgres, oncekv-pg) on a tiny workload"
 ONCEKV_BENCH_PG_DSN=$ONCEKV_PG_DSN go test -count=1 -run 'TestProtocol|TestSuiteSmokePG' .
+echo "== the bench module's HTTP cells, embedded and PostgreSQL (bench/httpcmp), on a tiny workload"
+ONCEKV_BENCH_PG_DSN=$ONCEKV_PG_DSN go test -count=1 -run TestCells ./httpcmp

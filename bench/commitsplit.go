@@ -72,6 +72,11 @@ func parseTrace(r io.Reader) ([]traceCell, error) {
 		}
 		cur.calls = append(cur.calls, c)
 	}
+	if len(cur.calls) > 0 {
+		// A trace of something other than the bench (a go test binary)
+		// has no result lines: its calls are one cell.
+		cells = append(cells, cur)
+	}
 	return cells, sc.Err()
 }
 
@@ -167,7 +172,11 @@ func commitSplitMain(args []string) error {
 	}
 	for _, c := range cells {
 		if s := splitCommits(c.calls); s.commits > 0 {
-			fmt.Printf("%s\n  %v\n", strings.Join(c.names, "; "), s)
+			name := strings.Join(c.names, "; ")
+			if name == "" {
+				name = "(the calls after the last result line)"
+			}
+			fmt.Printf("%s\n  %v\n", name, s)
 		}
 	}
 	return nil

@@ -47,3 +47,23 @@ func TestCommitSplit(t *testing.T) {
 		t.Fatalf("first pwrite to end of meta sync %v, want %v", s.firstWriteToMetaSyncDone, want)
 	}
 }
+
+// TestCommitSplitNoResultLines: a trace without the bench's result lines
+// (a go test binary's) is one cell, without a name.
+func TestCommitSplitNoResultLines(t *testing.T) {
+	trace := `101 10:00:01.000000 pwrite64(5, "x"..., 4096, 4096) = 4096 <0.000100>
+101 10:00:01.000300 fdatasync(5)      = 0 <0.000400>
+101 10:00:01.000800 pwrite64(5, "m"..., 4096, 0) = 4096 <0.000050>
+101 10:00:01.000900 fdatasync(5)      = 0 <0.000100>
+`
+	cells, err := parseTrace(strings.NewReader(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 1 || len(cells[0].names) != 0 {
+		t.Fatalf("cells: %+v", cells)
+	}
+	if s := splitCommits(cells[0].calls); s.commits != 1 || s.dataPages != 1 {
+		t.Fatalf("split: %v", s)
+	}
+}
