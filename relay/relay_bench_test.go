@@ -15,9 +15,9 @@ import (
 
 // BenchmarkRelayAcksShareCommits drains, in one run, a backlog of b.N
 // messages from a durable store (an fsync per commit) with one worker and
-// with four, for a send that returns at once and for one of 200µs (about
-// an MQTT PUBACK on the loopback): msgs/s and messages acked per commit of
-// each, and the ratio four workers / one. With one worker, "1w-send-share"
+// with four, for a send that returns at once and for one that sleeps
+// 200µs (about 0.5 ms with the timer's granularity): msgs/s and messages
+// acked per commit of each, and the ratio four workers / one. With one worker, "1w-send-share"
 // is the share of its time spent sending: a worker that sent its next
 // message while its ack commits would gain at most
 // 1/max(share, 1-share).
