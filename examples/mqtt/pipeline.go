@@ -69,20 +69,20 @@ func NewPipeline(ctx context.Context, db *oncekv.DB, o ConsumerOptions) (*Pipeli
 	if err != nil {
 		return nil, err
 	}
-	a, err := db.NewApplier(oncekv.ApplierOptions{MaxInFlight: o.MaxInFlight})
-	if err != nil {
-		return nil, err
-	}
 	n := o.MaxInFlight
 	if n <= 0 {
 		n = oncekv.DefaultMaxInFlight
+	}
+	a, err := db.NewApplier(oncekv.ApplierOptions{MaxInFlight: n})
+	if err != nil {
+		return nil, err
 	}
 	var budget *retry.Budget
 	if o.Retry != nil {
 		budget = o.Retry.Budget
 	}
-	p := &Pipeline{budget: budget,
-		ctx: ctx, db: db, r: r, handler: o.Handler, on: o.OnResult, a: a,
+	p := &Pipeline{
+		ctx: ctx, db: db, r: r, budget: budget, handler: o.Handler, on: o.OnResult, a: a,
 		acks: make(chan *delivery, n), ackerDone: make(chan struct{}),
 	}
 	go p.ack()
@@ -97,6 +97,10 @@ func NewPipeline(ctx context.Context, db *oncekv.DB, o ConsumerOptions) (*Pipeli
 // oncekv.ErrClosed.
 func (p *Pipeline) Handle(_ paho.Client, m paho.Message) {
 	d := &delivery{m: m, done: make(chan struct{})}
+	rd, err := reading.Decode(m.Payload())
+	if err == nil {
+		d.key, d.rd = rd.Key, rd
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -105,9 +109,7 @@ func (p *Pipeline) Handle(_ paho.Client, m paho.Message) {
 		p.report(d.key, oncekv.Result{}, oncekv.ErrClosed)
 		return
 	}
-	rd, err := reading.Decode(m.Payload())
 	if err == nil {
-		d.key, d.rd = rd.Key, rd
 		payload := m.Payload()
 		err = p.a.Submit(p.ctx, reading.Request(p.handler, payload, rd), func(tx *oncekv.Tx) ([]byte, error) {
 			return nil, reading.Store(tx, payload, rd)
@@ -125,7 +127,8 @@ func (p *Pipeline) Handle(_ paho.Client, m paho.Message) {
 
 // Close waits until every message handed to Handle before it is acked
 // or left unacked, and ends the Pipeline's goroutines. It does not close
-// the DB. It returns nil, also when called again.
+// the DB, and must not be called from OnResult (it would wait for that
+// call to return). It returns nil, also when called again.
 func (p *Pipeline) Close() error {
 	// Applier.Close makes a Submit waiting for room return ErrClosed, so a
 	// Handle holding mu lets go of it.

@@ -234,8 +234,10 @@ func TestPipelineAfterCloseLeavesMessagesUnacked(t *testing.T) {
 	require.NoError(t, err)
 	var got []error
 	p, err := mqtt.NewPipeline(context.Background(), db, mqtt.ConsumerOptions{
-		OnResult: func(_ string, _ oncekv.Result, err error, acked bool) {
+		MaxInFlight: -1, // the default
+		OnResult: func(key string, _ oncekv.Result, err error, acked bool) {
 			require.False(t, acked)
+			require.Equal(t, "r-late", key)
 			got = append(got, err)
 		},
 	})
