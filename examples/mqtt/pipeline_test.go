@@ -118,7 +118,6 @@ func TestPipelineAcksOnlyAfterCommitAndSharesCommits(t *testing.T) {
 
 	const n = 200
 	var want []string
-	var msgs []*fakeMessage
 	for i := range n {
 		var m *fakeMessage
 		switch {
@@ -138,7 +137,6 @@ func TestPipelineAcksOnlyAfterCommitAndSharesCommits(t *testing.T) {
 			m = a.message(i, r.Key, reading.Encode(r))
 			want = append(want, "applied")
 		}
-		msgs = append(msgs, m)
 		p.Handle(nil, m)
 	}
 	time.Sleep(50 * time.Millisecond) // time enough for an ack that does not wait for the commit
