@@ -5,9 +5,11 @@
 // at least once even when the device reboots in between.
 //
 // The consumer keeps a persistent session (CleanSession false, a fixed
-// client ID) and acknowledges a message only after Apply has committed, so
-// a consumer killed mid-message gets it again when it reconnects, and the
-// store's mark turns that redelivery into a duplicate. The idempotency key
+// client ID) and acknowledges a message only after the commit that applied
+// it, so a consumer killed mid-message gets it again when it reconnects,
+// and the store's mark turns that redelivery into a duplicate. Its messages
+// go through one oncekv.Applier (Pipeline): those the broker has in flight
+// for the session share commits, one fsync for many. The idempotency key
 // comes from the payload, never from MQTT's packet id: that id names a
 // slot of one session's in-flight window and is reused for other messages.
 package mqtt
@@ -45,22 +47,32 @@ type ConsumerOptions struct {
 	// Retry paces the retries of an Apply that failed transiently (another
 	// worker's claim, a full disk). nil: retry's defaults.
 	Retry *retry.Policy
+	// MaxInFlight caps the messages handled and not yet acked (or left
+	// unacked): paho's delivery handler blocks past it. Default, and for
+	// zero or less, oncekv.DefaultMaxInFlight. The broker's own limit of
+	// unacked messages per session (mosquitto's max_inflight_messages, 20
+	// by default) is often the smaller one.
+	MaxInFlight int
 	// Subscribed, if set, is called once the subscription is in place:
 	// from then on the broker keeps the topic's messages for the session.
 	Subscribed func()
 	// OnResult, if set, is called after each message was handled, with
 	// its key, Apply's result and error, and whether it was acknowledged.
-	// It runs on paho's delivery goroutine, between Apply and the ack, so
-	// a panic in it ends the process, as one in any paho handler does.
+	// It runs after the commit that decided the message (and its retries)
+	// and before the ack, on the Pipeline's acking goroutine, one call at a
+	// time, in the order the messages were delivered; a panic in it ends
+	// the process, as one in a paho handler does.
 	OnResult func(key string, res oncekv.Result, err error, acked bool)
 }
 
 // Consume subscribes with a persistent session and applies each message
-// with reading.Store until ctx ends. A message is acknowledged once Apply
-// committed it or answered it as a duplicate, or when no retry can help (a
-// bad payload, a permanent failure the store recorded); one that is not
-// acknowledged (ctx ended first, or the store must be reopened) comes back
-// when the session reconnects.
+// with reading.Store, through a Pipeline, until ctx ends. A message is
+// acknowledged once the commit that applied it returned or the store
+// answered it as a duplicate, or when no retry can help (a bad payload, a
+// permanent failure the store recorded); one that is not acknowledged (ctx
+// ended first, or the store must be reopened) comes back when the session
+// reconnects. Before it disconnects, Consume waits for the messages in
+// flight, so the acks of those committed go out.
 func Consume(ctx context.Context, db *oncekv.DB, o ConsumerOptions) error {
 	if err := required.Check(ErrInvalidOptions,
 		required.Field{Name: "Broker", Value: o.Broker},
@@ -68,32 +80,26 @@ func Consume(ctx context.Context, db *oncekv.DB, o ConsumerOptions) error {
 		required.Field{Name: "Topic", Value: o.Topic}); err != nil {
 		return err
 	}
-	if o.Handler == "" {
-		o.Handler = "mqtt-readings"
-	}
-	r, err := retry.New(o.Retry)
+	p, err := NewPipeline(ctx, db, o)
 	if err != nil {
 		return err
 	}
-	handle := func(_ paho.Client, m paho.Message) {
-		key, res, err := apply(ctx, db, r, o.Handler, m.Payload())
-		acked := ackable(err)
-		if o.OnResult != nil {
-			o.OnResult(key, res, err, acked)
-		}
-		if acked {
-			m.Ack()
-		}
-	}
 	// Messages the broker kept for the session arrive right after CONNACK,
-	// before Subscribe returns; the default handler takes those too.
+	// before Subscribe returns; the default handler takes those too. paho
+	// calls it for one message at a time (SetOrderMatters's default), and
+	// it returns before the commit, so the session's messages in flight
+	// pipeline.
 	opts := paho.NewClientOptions().AddBroker(o.Broker).SetClientID(o.ClientID).
-		SetCleanSession(false).SetAutoAckDisabled(true).SetDefaultPublishHandler(handle)
+		SetCleanSession(false).SetAutoAckDisabled(true).SetDefaultPublishHandler(p.Handle)
 	c := paho.NewClient(opts)
 	if err := wait(ctx, c.Connect()); err != nil {
+		p.Close()
 		return fmt.Errorf("oncekv: mqtt: connect to %s: %w", o.Broker, err)
 	}
+	// Close the Pipeline before Disconnect: its last acks go out while the
+	// connection is up.
 	defer c.Disconnect(250)
+	defer p.Close()
 	if err := wait(ctx, c.Subscribe(o.Topic, 1, nil)); err != nil {
 		return fmt.Errorf("oncekv: mqtt: subscribe to %q: %w", o.Topic, err)
 	}
@@ -102,34 +108,6 @@ func Consume(ctx context.Context, db *oncekv.DB, o ConsumerOptions) error {
 	}
 	<-ctx.Done()
 	return nil
-}
-
-// apply applies one payload, retrying transient failures with r's backoff
-// (an in-progress key not before its holder's lease ends) until ctx ends
-// or r's MaxAttempts are spent; the message is then left unacknowledged.
-func apply(ctx context.Context, db *oncekv.DB, r *retry.Retrier, handler string, payload []byte) (string, oncekv.Result, error) {
-	rd, err := reading.Decode(payload)
-	if err != nil {
-		return "", oncekv.Result{}, err
-	}
-	var res oncekv.Result
-	err = r.Do(ctx, func(ctx context.Context, _ int) error {
-		res, err = db.Apply(ctx, reading.Request(handler, payload, rd), func(tx *oncekv.Tx) ([]byte, error) {
-			return nil, reading.Store(tx, payload, rd)
-		})
-		switch adv := oncekv.Classify(err); adv.Action {
-		case oncekv.Ack:
-			return nil
-		case oncekv.GiveUp, oncekv.Reopen:
-			return retry.Permanent(err)
-		default:
-			if !adv.NotBefore.IsZero() {
-				return retry.After(adv.NotBefore.Sub(db.Now()), err)
-			}
-			return err
-		}
-	})
-	return rd.Key, res, err
 }
 
 // ackable reports whether a message handled with err is to be

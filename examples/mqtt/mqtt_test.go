@@ -37,8 +37,12 @@ func TestMain(m *testing.M) {
 
 // consume is the consumer process: it applies messages until killed,
 // printing "ready" once subscribed and "applied KEY" or "dup KEY" after
-// each message it acknowledges.
+// each message it acknowledges. Before an "applied" line it prints
+// "commit PID-N" when the store's count of commits that wrote marks, N,
+// grew since the previous one: fewer commit lines than applied ones means
+// messages shared commits.
 func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
+	var commits uint64
 	return mqtt.Consume(ctx, db, mqtt.ConsumerOptions{
 		Broker: c.Broker, ClientID: c.ClientID, Topic: c.Topic,
 		Retry:      &retry.Policy{Base: 10 * time.Millisecond, Cap: 200 * time.Millisecond, MaxAttempts: -1},
@@ -52,6 +56,10 @@ func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
 			case res.Duplicate:
 				brokertest.Say("dup", key)
 			default:
+				if n := db.Stats().CommitHistograms.MarkCommits; n != commits {
+					commits = n
+					brokertest.Say("commit", fmt.Sprintf("%d-%d", os.Getpid(), n))
+				}
 				brokertest.Say("applied", key)
 			}
 		},
@@ -61,11 +69,14 @@ func consume(ctx context.Context, db *oncekv.DB, c *childConfig) error {
 // TestConsumerKilledAppliesEachOnce publishes readings through the outbox
 // (and a share of them twice more, the duplicate a publisher that crashed
 // between PUBACK and its ack sends), while the consumer, a child process
-// with a persistent session that acks after Apply, is SIGKILLed at random
-// points and restarted. At the end every key was applied exactly once in
-// the consumer's store: none lost (the broker redelivered what was not
-// acked) and none twice (the store's marks answered the redeliveries); a
-// poison reading recorded as failed and acked.
+// with a persistent session that acks after the commit, is SIGKILLed at
+// random points (between a commit and its ack among them) and restarted.
+// At the end every key was applied exactly once in the consumer's store:
+// none lost (the broker redelivered what was not acked: an ack sent before
+// its commit would lose the message a kill then caught) and none twice
+// (the store's marks answered the redeliveries); a poison reading recorded
+// as failed and acked. The messages a restarted consumer finds waiting
+// share commits: fewer commits than applied messages.
 func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	broker := brokertest.URL(t, "ONCEKV_MQTT_URL")
 	run := brokertest.NewRun(t, childEnv)
@@ -139,8 +150,9 @@ func TestConsumerKilledAppliesEachOnce(t *testing.T) {
 	_, err = db.Apply(context.Background(), reading.Request("mqtt-readings", reading.Encode(poison), poison), nil)
 	var fe *oncekv.FailedError
 	require.ErrorAs(t, err, &fe, "the poison reading is recorded as failed")
-	t.Logf("readings %d, resent %d, kills %d, applied lines %d, duplicates suppressed %d, poison acked as failed %d",
-		n, resent, kills, log.Count("applied"), log.Count("dup"), log.Count("failed"))
+	t.Logf("readings %d, resent %d, kills %d, applied lines %d, duplicates suppressed %d, poison acked as failed %d, commits before an applied line %d",
+		n, resent, kills, log.Count("applied"), log.Count("dup"), log.Count("failed"), log.Count("commit"))
+	require.Less(t, log.Count("commit"), log.Count("applied"), "every applied message had a commit of its own")
 }
 
 // TestConsumeRejectsMissingOptions needs no broker: a consumer without a

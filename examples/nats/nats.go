@@ -128,7 +128,10 @@ type ConsumerOptions struct {
 type OnVerdict func(key string, v Verdict, res oncekv.Result, err error)
 
 // Consume creates (or updates) the durable consumer, then fetches batches
-// and handles each with one ApplyBatch until ctx ends.
+// and handles each with one ApplyBatch (Handle) until ctx ends: the next
+// batch is fetched while one is handled, and the batches are handled one
+// at a time, in fetch order. It returns Handle's error, unless ctx ended,
+// and a fetch that could not be made.
 func Consume(ctx context.Context, db *oncekv.DB, js jetstream.JetStream, o ConsumerOptions) error {
 	if err := required.Check(ErrInvalidOptions,
 		required.Field{Name: "Stream", Value: o.Stream},
@@ -154,6 +157,36 @@ func Consume(ctx context.Context, db *oncekv.DB, js jetstream.JetStream, o Consu
 	if err != nil {
 		return fmt.Errorf("oncekv: nats: consumer %q of stream %q: %w", o.Durable, o.Stream, err)
 	}
+	// One goroutine handles the batches, one at a time, while this one
+	// fetches the next: the fetch's round trips overlap the batch's commit.
+	// batches is unbuffered, so at most two fetches are out of the
+	// server's hands: one being handled, one waiting for its turn.
+	batches := make(chan []jetstream.Msg)
+	failed := make(chan struct{}) // closed when Handle failed
+	handled := make(chan error, 1)
+	go func() {
+		for msgs := range batches {
+			if err := Handle(ctx, db, r, o.Handler, msgs, o.OnVerdict); err != nil {
+				close(failed)
+				for range batches { // unanswered: they come back after AckWait
+				}
+				handled <- err
+				return
+			}
+		}
+		handled <- nil
+	}()
+	err = fetch(ctx, cons, o, r, batches, failed)
+	close(batches)
+	if herr := <-handled; herr != nil && ctx.Err() == nil {
+		return herr // the batch comes back after AckWait
+	}
+	return err
+}
+
+// fetch fetches batches and hands each to batches until ctx ends, failed
+// is closed, or a fetch cannot be made (its error).
+func fetch(ctx context.Context, cons jetstream.Consumer, o ConsumerOptions, r *retry.Retrier, batches chan<- []jetstream.Msg, failed <-chan struct{}) error {
 	failures := 0 // fetches in a row that ended in an error
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(o.Batch, jetstream.FetchMaxWait(o.MaxWait))
@@ -172,17 +205,17 @@ func Consume(ctx context.Context, db *oncekv.DB, js jetstream.JetStream, o Consu
 			slog.Warn("oncekv: nats: fetch failed", "err", err, "failures", failures)
 			select {
 			case <-ctx.Done():
+			case <-failed:
 			case <-time.After(r.Backoff(failures)):
 			}
 		} else {
 			failures = 0
 		}
 		if len(msgs) > 0 {
-			if err := Handle(ctx, db, r, o.Handler, msgs, o.OnVerdict); err != nil {
-				if ctx.Err() != nil {
-					return nil // the batch comes back after AckWait
-				}
-				return err
+			select {
+			case batches <- msgs:
+			case <-failed:
+				return nil // Consume returns Handle's error
 			}
 		}
 	}
