@@ -181,10 +181,11 @@ func (m *storeModel) now() int64 {
 // nowFor is now for an Apply or Claim of a key, with payload, whose live
 // mark is mk: every request reads the store's clock (a claim's lease and a
 // new mark need the time, and a duplicate or a replayed failure counts its
-// age for the window advisor), except one refused as key reuse, which the
-// mark answers without it.
+// age for the window advisor), except one refused as key reuse by a final
+// mark, which answers it without the time (a claimed mark's look-up reads
+// the clock before it compares payloads).
 func (m *storeModel) nowFor(mk *mMark, payload byte) int64 {
-	if mk != nil && mk.payload != payload {
+	if mk != nil && mk.payload != payload && mk.state != mClaimed {
 		return m.high
 	}
 	return m.now()
