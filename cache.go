@@ -30,13 +30,19 @@ func (db *DB) answerFromCache(o *op) bool {
 // response, and of the payload when it matched, so that the next duplicate
 // need not hash it.
 func (db *DB) offer(epoch uint64, o *op, m *layout.FoundMark) {
-	if m.Tombstone || !dupcache.Fits(o.mkey, &m.Mark, 0) {
+	db.offerMark(epoch, o.mhash, o.mkey, o.req, o.hash, m)
+}
+
+// offerMark is offer given the op's parts: mkey (hashed h) is copied, so it
+// may live on the caller's stack; hash is req's payload hash.
+func (db *DB) offerMark(epoch, h uint64, mkey []byte, req *Request, hash [layout.HashSize]byte, m *layout.FoundMark) {
+	if m.Tombstone || !dupcache.Fits(mkey, &m.Mark, 0) {
 		return
 	}
-	e := &dupcache.Entry{Hash: o.mhash, MKey: o.mkey, Found: *m}
+	e := &dupcache.Entry{Hash: h, MKey: bytes.Clone(mkey), Found: *m}
 	e.Found.Response = bytes.Clone(m.Response)
-	if len(o.req.Fingerprint) == 0 && o.hash == m.PayloadHash && dupcache.Fits(o.mkey, &m.Mark, len(o.req.Payload)) {
-		e.Payload, e.HasPayload = bytes.Clone(o.req.Payload), true
+	if len(req.Fingerprint) == 0 && hash == m.PayloadHash && dupcache.Fits(mkey, &m.Mark, len(req.Payload)) {
+		e.Payload, e.HasPayload = bytes.Clone(req.Payload), true
 	}
 	db.dups.Put(epoch, e)
 }
