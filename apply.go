@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"time"
 
-
 	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/dupcache"
 	"github.com/oncekv/oncekv/internal/layout"
