@@ -98,7 +98,11 @@ func SnapshotHasMark(db *DB, handler, key string) (bool, error) {
 
 // IdleSnapshots returns how many shared snapshots db keeps idle.
 func IdleSnapshots(db *DB) int {
-	db.snaps.mu.Lock()
-	defer db.snaps.mu.Unlock()
-	return len(db.snaps.idle)
+	n := 0
+	for i := range db.snaps.slots {
+		if db.snaps.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
 }

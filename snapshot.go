@@ -2,7 +2,6 @@ package oncekv
 
 import (
 	"bytes"
-	"sync"
 	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
@@ -61,15 +60,16 @@ func (s *snapshot) mark(start int64, mkey []byte) []byte {
 // snapshots hands out snapshots: an idle one if no commit has begun since
 // it was opened, else a new one. A commit drains the idle ones first, so
 // that none is open while bbolt may remap the file, which waits for every
-// read transaction (docs/design/mmap-and-readers.md).
+// read transaction (docs/design/mmap-and-readers.md). The idle ones sit in
+// slots taken and filled with compare-and-swap, so that concurrent readers
+// do not queue on a lock (docs/design/duplicate-reads.md).
 type snapshots struct {
 	// gen is odd while a write transaction is under way; every write
 	// transaction adds one before and one after.
-	gen  atomic.Uint64
-	mu   sync.Mutex
-	idle []*snapshot
+	gen   atomic.Uint64
+	slots [maxIdleSnapshots]atomic.Pointer[snapshot]
 	// closed: the store is closing, so nothing is kept any more.
-	closed bool
+	closed atomic.Bool
 	// own, set by benchmarks only, keeps nothing, and makes a single Apply
 	// skip applyFromSnapshot: every look-up opens and rolls back its own
 	// read transaction, as before snapshots were shared.
@@ -80,23 +80,22 @@ type snapshots struct {
 // than this open and roll back their own.
 const maxIdleSnapshots = 16
 
-// acquire returns a snapshot for the caller alone, to hand back with
-// release. It sees every commit that returned before acquire was called.
+// acquireSnapshot returns a snapshot for the caller alone, to hand back
+// with releaseSnapshot. It sees every commit that returned before
+// acquireSnapshot was called.
 func (db *DB) acquireSnapshot() (*snapshot, error) {
 	s := &db.snaps
-	s.mu.Lock()
 	gen := s.gen.Load()
-	if n := len(s.idle); n > 0 && !s.own {
-		sn := s.idle[n-1]
-		s.idle[n-1] = nil
-		s.idle = s.idle[:n-1]
-		s.mu.Unlock()
+	for i := range s.slots {
+		sn := s.slots[i].Load()
+		if sn == nil || !s.slots[i].CompareAndSwap(sn, nil) {
+			continue
+		}
 		if sn.gen == gen {
 			return sn, nil
 		}
-		_ = sn.btx.Rollback() // cannot happen: beginWrite drains under mu
-	} else {
-		s.mu.Unlock()
+		// Pushed back as a write transaction began (see releaseSnapshot).
+		_ = sn.btx.Rollback()
 	}
 	// Both read before the transaction begins: a commit after them makes
 	// the snapshot stale (gen) and its marks uncacheable (epoch).
@@ -113,13 +112,20 @@ func (db *DB) acquireSnapshot() (*snapshot, error) {
 // (a damaged page) is not handed back.
 func (db *DB) releaseSnapshot(sn *snapshot) {
 	s := &db.snaps
-	s.mu.Lock()
-	if !s.closed && !s.own && sn.gen&1 == 0 && sn.gen == s.gen.Load() && len(s.idle) < maxIdleSnapshots {
-		s.idle = append(s.idle, sn)
-		s.mu.Unlock()
-		return
+	if !s.own && sn.gen&1 == 0 && !s.closed.Load() && sn.gen == s.gen.Load() {
+		for i := range s.slots {
+			if !s.slots[i].CompareAndSwap(nil, sn) {
+				continue
+			}
+			// A write transaction (or Close) that began just before the push
+			// may have swept slot i already: take sn back, unless someone else
+			// did (a reader that takes a stale one rolls it back).
+			if (sn.gen != s.gen.Load() || s.closed.Load()) && s.slots[i].CompareAndSwap(sn, nil) {
+				_ = sn.btx.Rollback()
+			}
+			return
+		}
 	}
-	s.mu.Unlock()
 	_ = sn.btx.Rollback()
 }
 
@@ -128,14 +134,8 @@ func (db *DB) releaseSnapshot(sn *snapshot) {
 // rolled back, so that no idle reader holds bbolt's mmap lock while the
 // commit may need to remap the file.
 func (s *snapshots) beginWrite() {
-	s.mu.Lock()
 	s.gen.Add(1)
-	idle := s.idle
-	s.idle = nil
-	s.mu.Unlock()
-	for _, sn := range idle {
-		_ = sn.btx.Rollback()
-	}
+	s.drain()
 }
 
 // endWrite is called under writeMu once the write transaction has ended and
@@ -146,12 +146,16 @@ func (s *snapshots) endWrite() { s.gen.Add(1) }
 // close rolls back the idle snapshots and keeps no more, for Close: bbolt's
 // Close waits for every read transaction.
 func (s *snapshots) close() {
-	s.mu.Lock()
-	s.closed = true
-	idle := s.idle
-	s.idle = nil
-	s.mu.Unlock()
-	for _, sn := range idle {
-		_ = sn.btx.Rollback()
+	s.closed.Store(true)
+	s.drain()
+}
+
+// drain rolls back every idle snapshot; the caller has made them stale or
+// unwanted first, so that none is pushed back for good behind it.
+func (s *snapshots) drain() {
+	for i := range s.slots {
+		if sn := s.slots[i].Swap(nil); sn != nil {
+			_ = sn.btx.Rollback()
+		}
 	}
 }
