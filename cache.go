@@ -39,12 +39,33 @@ func (db *DB) offerMark(epoch, h uint64, mkey []byte, req *Request, hash [layout
 	if m.Tombstone || !dupcache.Fits(mkey, &m.Mark, 0) {
 		return
 	}
-	e := &dupcache.Entry{Hash: h, MKey: bytes.Clone(mkey), Found: *m}
-	e.Found.Response = bytes.Clone(m.Response)
-	if len(req.Fingerprint) == 0 && hash == m.PayloadHash && dupcache.Fits(mkey, &m.Mark, len(req.Payload)) {
-		e.Payload, e.HasPayload = bytes.Clone(req.Payload), true
+	keep := len(req.Fingerprint) == 0 && hash == m.PayloadHash && dupcache.Fits(mkey, &m.Mark, len(req.Payload))
+	// The entry's own copies of the key, the response and the payload, in
+	// one allocation; each capped, so that no append reaches the next.
+	n := len(mkey) + len(m.Response)
+	if keep {
+		n += len(req.Payload)
+	}
+	own := make([]byte, 0, n)
+	e := &dupcache.Entry{Hash: h, Found: *m}
+	e.MKey, own = carve(own, mkey)
+	e.Found.Response = nil
+	if m.Response != nil {
+		e.Found.Response, own = carve(own, m.Response)
+	}
+	if keep {
+		e.Payload, _ = carve(own, req.Payload)
+		e.HasPayload = true
 	}
 	db.dups.Put(epoch, e)
+}
+
+// carve copies b to the end of buf, whose capacity must hold it, and
+// returns the copy, capped at its length, and buf grown by it.
+func carve(buf, b []byte) (cp, rest []byte) {
+	start := len(buf)
+	buf = append(buf, b...)
+	return buf[start:len(buf):len(buf)], buf
 }
 
 // pin keeps the key hashed h out of the cache until w has ended, and drops
