@@ -252,6 +252,19 @@ func TestSharedSnapshotsAnswerAsOwnReadTransactions(t *testing.T) {
 						}
 					}
 				}
+				var batch []oncekv.Request
+				for k := range 30 { // 20 duplicates, 10 new keys, one key reused
+					payload := "p"
+					if k == 3 {
+						payload = "reused"
+					}
+					batch = append(batch, oncekv.Request{Handler: "h", Key: fmt.Sprint("k", k), Payload: []byte(payload)})
+				}
+				br, err := db.ApplyBatch(context.Background(), batch, func(_ *oncekv.Tx, i int) ([]byte, error) { return []byte(fmt.Sprint("new", i)), nil })
+				require.NoError(t, err)
+				for _, r := range br {
+					results[i] = append(results[i], fmt.Sprintf("batch %v %q %v", r.Duplicate, r.Response, r.Err))
+				}
 				fail := func(*oncekv.Tx) ([]byte, error) { return nil, oncekv.Permanent(fmt.Errorf("no")) }
 				for range 2 {
 					_, err := db.Apply(context.Background(), oncekv.Request{Handler: "h", Key: "failed"}, fail)
