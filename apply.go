@@ -3,11 +3,8 @@ package oncekv
 import (
 	"bytes"
 	"context"
-	"math"
 	"runtime"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/oncekv/oncekv/bloom"
 	"github.com/oncekv/oncekv/internal/dupcache"
@@ -49,13 +46,21 @@ func (db *DB) Apply(ctx context.Context, req Request, effect func(tx *Tx) ([]byt
 	if res, ok, err := db.applyFromCache(ctx, &req, &buf); ok {
 		return res, err
 	}
+	res, read, checkFrom, err := db.applyFromSnapshot(ctx, &req, &buf)
+	if read == readAnswered {
+		return res, err
+	}
 	r := req // the op may outlive this frame's use of req: it goes on the heap, req stays on the stack
 	o, err := db.newOp(ctx, &r, effect)
 	if err != nil {
 		db.stats.count(req.Handler, outcomeInvalid)
 		return Result{}, requestError("apply", &req, err)
 	}
-	if !db.answerFromSnapshot([]*op{o}) {
+	switch {
+	case read == readAbsent:
+		o.checkFrom = checkFrom // the snapshot looked already
+		db.group.submit(o)
+	case !db.answerFromSnapshot([]*op{o}):
 		db.group.submit(o)
 	}
 	return db.finish(o)
@@ -152,45 +157,60 @@ func (db *DB) answerFromSnapshot(ops []*op) bool {
 	}
 	// Every window older than the newest was sealed before the snapshot, so
 	// the snapshot holds all its marks (docs/design/windows-and-filters.md).
+	// A shared snapshot may be older than live, but no commit began since it
+	// was opened (docs/design/duplicate-reads.md).
 	live := db.live.Windows()
-	sealedBelow := int64(math.MinInt64)
-	if len(live) > 0 {
-		sealedBelow = live[len(live)-1].Start
-	}
+	sealedBelow := sealedBelowOf(live)
 	if len(ops) == 1 && !db.mayHaveMark(live, ops[0].mhash) {
 		ops[0].checkFrom = sealedBelow
 		return false // certainly unseen: no need for a read transaction
 	}
-	epoch := db.dups.Epoch() // before the snapshot: see dupcache
 	all := true
+	var sn *snapshot
 	err := db.guard(func() error {
-		return db.bolt.View(func(btx *bolt.Tx) error {
-			var now time.Time // read once, and only for a claim: a final mark needs no time
-			for _, o := range ops {
-				if o.settled {
-					continue
-				}
-				m, err := db.lookIn(btx, live, o.mkey, o.mhash, math.MinInt64)
-				if m != nil && m.State == layout.InProgress && now.IsZero() {
-					now = db.clock.read()
-				}
-				switch {
-				case err != nil:
-					o.fail(outcomeAborted, err)
-				case m != nil && o.answer(m, now):
-					db.offer(epoch, o, m)
-				default:
-					if m == nil {
-						o.checkFrom = sealedBelow
-					}
-					all = false
-					continue
-				}
-				o.settled = true
+		var err error
+		if sn, err = db.acquireSnapshot(); err != nil {
+			return err
+		}
+		var now time.Time // read once, and only for a claim: a final mark needs no time
+		for _, o := range ops {
+			if o.settled {
+				continue
 			}
-			return nil
-		})
+			var counts lookupCounts
+			var found layout.FoundMark
+			ok, err := db.findInSnapshot(sn, live, o.mkey, o.mhash, &found, &counts)
+			db.addLookupCounts(counts)
+			var m *layout.FoundMark
+			if ok && err == nil {
+				m = db.releaseOrphan(&found)
+			}
+			if m != nil && m.State == layout.InProgress && now.IsZero() {
+				now = db.clock.read()
+			}
+			switch {
+			case err != nil:
+				o.fail(outcomeAborted, err)
+			case m != nil && o.answer(m, now):
+				db.offer(sn.epoch, o, m)
+			default:
+				if m == nil {
+					o.checkFrom = sealedBelow
+				}
+				all = false
+				continue
+			}
+			o.settled = true
+		}
+		return nil
 	})
+	if sn != nil {
+		if err != nil {
+			_ = sn.btx.Rollback() // not handed back: it may have met a damaged page
+		} else {
+			db.releaseSnapshot(sn)
+		}
+	}
 	if err != nil {
 		for _, o := range ops {
 			if !o.settled {

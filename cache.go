@@ -30,15 +30,42 @@ func (db *DB) answerFromCache(o *op) bool {
 // response, and of the payload when it matched, so that the next duplicate
 // need not hash it.
 func (db *DB) offer(epoch uint64, o *op, m *layout.FoundMark) {
-	if m.Tombstone || !dupcache.Fits(o.mkey, &m.Mark, 0) {
+	db.offerMark(epoch, o.mhash, o.mkey, o.req, o.hash, m)
+}
+
+// offerMark is offer given the op's parts: mkey (hashed h) is copied, so it
+// may live on the caller's stack; hash is req's payload hash.
+func (db *DB) offerMark(epoch, h uint64, mkey []byte, req *Request, hash [layout.HashSize]byte, m *layout.FoundMark) {
+	if m.Tombstone || !dupcache.Fits(mkey, &m.Mark, 0) {
 		return
 	}
-	e := &dupcache.Entry{Hash: o.mhash, MKey: o.mkey, Found: *m}
-	e.Found.Response = bytes.Clone(m.Response)
-	if len(o.req.Fingerprint) == 0 && o.hash == m.PayloadHash && dupcache.Fits(o.mkey, &m.Mark, len(o.req.Payload)) {
-		e.Payload, e.HasPayload = bytes.Clone(o.req.Payload), true
+	keep := len(req.Fingerprint) == 0 && hash == m.PayloadHash && dupcache.Fits(mkey, &m.Mark, len(req.Payload))
+	// The entry's own copies of the key, the response and the payload, in
+	// one allocation; each capped, so that no append reaches the next.
+	n := len(mkey) + len(m.Response)
+	if keep {
+		n += len(req.Payload)
+	}
+	own := make([]byte, 0, n)
+	e := &dupcache.Entry{Hash: h, Found: *m}
+	e.MKey, own = carve(own, mkey)
+	e.Found.Response = nil
+	if m.Response != nil {
+		e.Found.Response, own = carve(own, m.Response)
+	}
+	if keep {
+		e.Payload, _ = carve(own, req.Payload)
+		e.HasPayload = true
 	}
 	db.dups.Put(epoch, e)
+}
+
+// carve copies b to the end of buf, whose capacity must hold it, and
+// returns the copy, capped at its length, and buf grown by it.
+func carve(buf, b []byte) (cp, rest []byte) {
+	start := len(buf)
+	buf = append(buf, b...)
+	return buf[start:len(buf):len(buf)], buf
 }
 
 // pin keeps the key hashed h out of the cache until w has ended, and drops

@@ -37,6 +37,7 @@ func (db *DB) Close() error {
 				"clock", save.clock, "filters", save.newest != nil || len(save.sealed) > 0 || save.ghostsDirty, "advisor", save.advisor != nil, "err", err)
 		}
 	}
+	db.snaps.close() // bbolt's Close waits for every read transaction
 	return db.bolt.Close()
 }
 

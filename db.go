@@ -45,6 +45,8 @@ type DB struct {
 	advisor advisorState
 	// dups caches final marks for the duplicate fast path (see cache.go).
 	dups dupcache.Cache
+	// snaps are the read snapshots duplicate look-ups share (snapshot.go).
+	snaps snapshots
 	// clock is Options.Now, never going backwards.
 	clock monotonicClock
 	// clockSaved, guarded by writeMu, is the store's time last saved in the

@@ -1,6 +1,11 @@
 package oncekv
 
-import bolt "go.etcd.io/bbolt"
+import (
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/oncekv/oncekv/bloom"
+	"github.com/oncekv/oncekv/internal/layout"
+)
 
 // SetFilterHook lets the external tests play the adversary with the Bloom
 // filters: hook sees every answer ("maybe" or "definitely not") and returns
@@ -66,3 +71,38 @@ func FiltersRebuiltAtOpen(db *DB) int { return db.opened.rebuilt }
 // written, nodes spilled and split...), for the benchmarks that compare what
 // a commit does with bare bbolt's.
 func BoltTxStats(db *DB) bolt.TxStats { return db.bolt.Stats().TxStats }
+
+// SetOwnSnapshots makes db's duplicate look-ups open and roll back a read
+// transaction each, with a single Apply taking the op's way, as before
+// snapshots were shared, so that a benchmark can time both side by side.
+// Set it right after Open.
+func SetOwnSnapshots(db *DB, own bool) { db.snaps.own = own }
+
+// SnapshotHasMark looks handler/key up the way a duplicate does, in a
+// snapshot from db's shared ones, and reports whether it found a mark.
+func SnapshotHasMark(db *DB, handler, key string) (bool, error) {
+	if !db.life.enter() {
+		return false, ErrClosed
+	}
+	defer db.life.exit()
+	sn, err := db.acquireSnapshot()
+	if err != nil {
+		return false, err
+	}
+	defer db.releaseSnapshot(sn)
+	mkey := layout.MarkKey(handler, key)
+	var m layout.FoundMark
+	var counts lookupCounts
+	return db.findInSnapshot(sn, db.live.Windows(), mkey, bloom.Sum64(mkey), &m, &counts)
+}
+
+// IdleSnapshots returns how many shared snapshots db keeps idle.
+func IdleSnapshots(db *DB) int {
+	n := 0
+	for i := range db.snaps.slots {
+		if db.snaps.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
+}

@@ -397,7 +397,8 @@ type FileStats struct {
 	// FreelistBytes is the size of the freelist as written by every commit.
 	FreelistBytes int
 	// OpenReadTxs is the number of read transactions open, oncekv's own
-	// included.
+	// included: up to 16 snapshots duplicates share stay open until the
+	// next commit.
 	OpenReadTxs int
 	// ReadTxs counts the read transactions started since Open.
 	ReadTxs uint64

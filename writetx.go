@@ -98,6 +98,10 @@ func (db *DB) writeLocked(fn func(w *writeTx) error) error {
 	if db.poisoned != nil {
 		return db.poisoned
 	}
+	// Before bbolt's write lock: no idle snapshot may hold the mmap lock
+	// while the commit remaps, and none opened before it answers after.
+	db.snaps.beginWrite()
+	defer db.snaps.endWrite() // runs last: after the in-memory state learnt
 	var w *writeTx
 	var fnErr error
 	txid := 0 // read inside: a closed bbolt Tx reports ID -1

@@ -195,3 +195,14 @@ func markError(start int64, mkey []byte, err error) error {
 	}
 	return &base.RecordError{Bucket: name, Key: key, Err: err}
 }
+
+// DecodeMark decodes raw, the mark of mkey as read from the window bucket
+// starting at start, into m: GetMark for a caller that read the value
+// itself and keeps the mark where it likes.
+func DecodeMark(raw []byte, start int64, mkey []byte, m *FoundMark) error {
+	*m = FoundMark{Window: start}
+	if err := m.Unmarshal(raw); err != nil {
+		return markError(start, bytes.Clone(mkey), err) // a copy: mkey may stay on the caller's stack
+	}
+	return nil
+}
