@@ -434,23 +434,7 @@ func BenchmarkDuplicateApply(b *testing.B) {
 // duplicates.
 func loadDuplicates(b *testing.B, db *oncekv.DB, response []byte) []oncekv.Request {
 	b.Helper()
-	reqs := make([]oncekv.Request, dupKeys)
-	for i := range reqs {
-		reqs[i] = oncekv.Request{Handler: "bench", Key: string(benchKey(uint64(i))), Payload: benchValue}
-	}
-	res, err := db.ApplyBatch(context.Background(), reqs, func(tx *oncekv.Tx, i int) ([]byte, error) {
-		_, err := putEffect(tx, []byte(reqs[i].Key))
-		return response, err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			b.Fatal(r.Err)
-		}
-	}
-	return reqs
+	return loadDuplicatesN(b, db, dupKeys, response)
 }
 
 // applyDuplicate sends req again and fails the benchmark unless it comes
