@@ -429,9 +429,7 @@ func BenchmarkDuplicateApply(b *testing.B) {
 	}
 }
 
-// loadDuplicates applies dupKeys keys, each with an effect returning
-// response, and returns their requests, ready to be sent again as
-// duplicates.
+// loadDuplicates is loadDuplicatesN of dupKeys keys.
 func loadDuplicates(b *testing.B, db *oncekv.DB, response []byte) []oncekv.Request {
 	b.Helper()
 	return loadDuplicatesN(b, db, dupKeys, response)

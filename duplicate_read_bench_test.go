@@ -71,7 +71,9 @@ func BenchmarkDuplicateSharedVsOwnSnapshot(b *testing.B) {
 	}
 }
 
-// loadDuplicatesN is loadDuplicates for n keys, in batches of 4096.
+// loadDuplicatesN applies n keys in batches of 4096, each with an effect
+// returning response, and returns their requests, ready to be sent again
+// as duplicates.
 func loadDuplicatesN(b *testing.B, db *oncekv.DB, n int, response []byte) []oncekv.Request {
 	b.Helper()
 	reqs := make([]oncekv.Request, n)
