@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -132,6 +133,10 @@ func (r *recorder) Failed() bool {
 	return r.failed
 }
 
+// plantedChecks is the fewest rapid cases expectFailure gives a check
+// that must find a planted bug.
+const plantedChecks = 300
+
 // expectFailure runs check on a recorder and returns what it recorded,
 // failing t if check did not fail. rapid writes no fail file meanwhile:
 // these failures are the test passing.
@@ -140,6 +145,14 @@ func expectFailure(t *testing.T, check func(tb testing.TB)) string {
 	was := flag.Lookup("rapid.nofailfile").Value.String()
 	require.NoError(t, flag.Set("rapid.nofailfile", "true"))
 	defer func() { require.NoError(t, flag.Set("rapid.nofailfile", was)) }()
+	// A planted bug stops the check at its first failing case, so a larger
+	// budget costs only when a case that shows it is slow to come (30 cases
+	// once missed the reordering of two messages on one account).
+	checks := flag.Lookup("rapid.checks").Value.String()
+	if n, err := strconv.Atoi(checks); err == nil && n < plantedChecks {
+		require.NoError(t, flag.Set("rapid.checks", strconv.Itoa(plantedChecks)))
+		defer func() { require.NoError(t, flag.Set("rapid.checks", checks)) }()
+	}
 	rec := &recorder{TB: t}
 	done := make(chan struct{})
 	go func() {
